@@ -1,0 +1,11 @@
+"""SQS batch -> re-check -> deliver -> record; answers with partial batch failures."""
+
+from typing import Any
+
+from reminders import consumer, runtime
+from reminders.observability import logger
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return consumer.process_batch(event, runtime.current(), context)

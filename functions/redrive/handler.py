@@ -1,0 +1,11 @@
+"""DLQ batch -> re-check -> replay through Postgres, or drop with a reason, or park."""
+
+from typing import Any
+
+from reminders import redrive, runtime
+from reminders.observability import logger
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return redrive.process_batch(event, runtime.current(), context)

@@ -1,0 +1,11 @@
+"""EventBridge rate(1 minute) -> lease due deliveries -> publish their IDs."""
+
+from typing import Any
+
+from reminders import runtime, scanner
+from reminders.observability import EmfMetrics, logger
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return scanner.tick(runtime.current(metrics_factory=EmfMetrics)).as_json()

@@ -1,0 +1,1 @@
+"""Channels: the ports a delivery leaves through (webhook, email, SMS)."""

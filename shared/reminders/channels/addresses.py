@@ -1,0 +1,141 @@
+"""Which network addresses a webhook may be delivered to.
+
+A webhook URL is supplied by an application, so without a guard it could make the sender call
+its own metadata service (169.254.169.254), a database in the VPC or localhost. The guard resolves
+the host once, refuses any address that is not globally routable unless an operator allowed it
+(``REMINDERS_WEBHOOK_ALLOW``), and hands back the vetted addresses; the caller connects to one
+of those, never re-resolving, so DNS cannot change the answer between check and connect.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Iterable, Sequence
+
+from reminders.errors import InvalidInput, RemindersError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], list[str]]
+
+ALLOW_ENV = "REMINDERS_WEBHOOK_ALLOW"
+
+
+class DestinationRefused(InvalidInput):
+    """The destination resolves to an address deliveries may not go to."""
+
+
+class DestinationLookupError(RemindersError):
+    """The host name could not be resolved now (DNS failure); nothing was sent."""
+
+
+def parse_allow_entries(entries: Iterable[str | IPNetwork]) -> list[IPNetwork]:
+    """Networks from CIDRs or single IPs (``"127.0.0.1"`` means ``127.0.0.1/32``)."""
+    networks: list[IPNetwork] = []
+    for entry in entries:
+        if isinstance(entry, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            networks.append(entry)
+            continue
+        text = entry.strip()
+        try:
+            networks.append(ipaddress.ip_network(text, strict=True))
+        except ValueError as exc:
+            raise InvalidInput(
+                f"{ALLOW_ENV}: {text!r} is not an IP address or CIDR network ({exc})"
+            ) from None
+    return networks
+
+
+def parse_allow_list(text: str) -> list[IPNetwork]:
+    """Parse a comma-separated allow-list such as ``"127.0.0.1/32, 10.1.0.0/16"``."""
+    entries = [part.strip() for part in text.split(",")]
+    if any(not part for part in entries) and text.strip():
+        raise InvalidInput(f"{ALLOW_ENV}: empty entry in {text!r}")
+    return parse_allow_entries(part for part in entries if part)
+
+
+def resolve_host(host: str, port: int) -> list[str]:
+    """All addresses the host resolves to for a TCP connection, in resolver order."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    seen: list[str] = []
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        address = str(sockaddr[0])
+        if address not in seen:
+            seen.append(address)
+    return seen
+
+
+def refusal_reason(address: IPAddress) -> str | None:
+    """Why deliveries may not go to this address, or None when it is globally routable."""
+    if isinstance(address, ipaddress.IPv6Address):
+        mapped = address.ipv4_mapped
+        if mapped is not None:
+            # ::ffff:a.b.c.d reaches a.b.c.d itself: judge it by the IPv4 address alone.
+            inner = refusal_reason(mapped)
+            return None if inner is None else f"an IPv4-mapped form of a {inner} address"
+        embedded = address.sixtofour
+        if embedded is None and address.teredo is not None:
+            embedded = address.teredo[1]
+        if embedded is not None:
+            inner = refusal_reason(embedded)
+            if inner is not None:
+                return f"an IPv6 tunnel form of a {inner} address"
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_reserved:
+        return "reserved"
+    if address.is_private:
+        return "private"
+    if not address.is_global:
+        return "not globally routable"
+    return None
+
+
+def _allowed(address: IPAddress, allow: Sequence[IPNetwork]) -> bool:
+    candidates: list[IPAddress] = [address]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        candidates.append(address.ipv4_mapped)
+    return any(
+        candidate.version == network.version and candidate in network
+        for candidate in candidates
+        for network in allow
+    )
+
+
+def check_destination(
+    host: str,
+    port: int,
+    allow: Sequence[IPNetwork] = (),
+    resolve: Resolver = resolve_host,
+) -> list[IPAddress]:
+    """Resolve ``host`` and return its addresses if every one of them may be delivered to.
+
+    Raises DestinationRefused (permanent) when any address is private, loopback, link-local,
+    multicast, reserved, unspecified or otherwise not global and not in ``allow``; raises
+    DestinationLookupError (transient) when resolution fails.
+    """
+    try:
+        resolved = resolve(host, port)
+    except (OSError, UnicodeError) as exc:
+        raise DestinationLookupError(f"cannot resolve {host}: {exc}") from None
+    if not resolved:
+        raise DestinationLookupError(f"cannot resolve {host}: no addresses")
+    vetted: list[IPAddress] = []
+    for text in resolved:
+        # getaddrinfo can append a zone to IPv6 link-local addresses ("fe80::1%eth0").
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        if not _allowed(address, allow):
+            reason = refusal_reason(address)
+            if reason is not None:
+                raise DestinationRefused(
+                    f"destination {address} is {reason}; add it to {ALLOW_ENV} to permit"
+                )
+        vetted.append(address)
+    return vetted

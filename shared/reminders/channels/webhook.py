@@ -1,0 +1,291 @@
+"""Webhook channel: one signed POST per attempt, classified honestly.
+
+The receiver deduplicates on ``webhook-id`` / ``Idempotency-Key`` (the delivery key), so a resend
+after an ``unknown`` outcome is safe. HTTP is stdlib only; the connection goes to an address the
+guard in :mod:`reminders.channels.addresses` vetted, never to a second DNS answer.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlsplit
+
+from reminders import __version__
+from reminders.channels import signing
+from reminders.channels.addresses import (
+    DestinationLookupError,
+    DestinationRefused,
+    IPAddress,
+    IPNetwork,
+    Resolver,
+    check_destination,
+    parse_allow_entries,
+    resolve_host,
+)
+from reminders.channels.base import Message, Outcome, SendResult
+from reminders.clock import require_aware
+from reminders.errors import InvalidInput
+
+EVENT_TYPE = "reminder.due"
+USER_AGENT = f"reminders/{__version__}"
+MAX_RESPONSE_BYTES = 64 * 1024
+RESPONSE_SNIPPET_CHARS = 512
+
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+_TRANSIENT_4XX = frozenset({408, 425, 429})
+
+
+def webhook_body(message: Message) -> bytes:
+    """The JSON body, serialised once: these exact bytes are signed and sent."""
+    occurrence = require_aware(message.occurrence_at, "occurrence_at").astimezone(UTC)
+    document: dict[str, Any] = {
+        "type": EVENT_TYPE,
+        "delivery_key": message.delivery_key,
+        "tenant": message.tenant,
+        "kind": message.kind,
+        "recipient": message.recipient,
+        "revision": message.revision,
+        "occurrence_at": occurrence.isoformat().replace("+00:00", "Z"),
+        "attempt": message.attempt,
+        "payload": message.payload,
+    }
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def parse_retry_after(value: str | None, now: datetime) -> datetime | None:
+    """An absolute instant from a Retry-After header (delta-seconds or HTTP-date), else None."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        if text.isdigit():
+            return now + timedelta(seconds=int(text))
+        parsed = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if parsed.tzinfo is None:  # "-0000" means UTC with no claim about the local zone
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class _Target:
+    scheme: str
+    host: str
+    port: int
+    host_header: str
+    path: str
+
+
+def _parse_url(url: str) -> _Target:
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidInput(f"invalid webhook URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise InvalidInput(f"unsupported URL scheme {scheme or '(none)'!r}: only http and https")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidInput("credentials in the webhook URL are not supported")
+    host = parts.hostname
+    if not host:
+        raise InvalidInput("webhook URL has no host")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise InvalidInput(f"webhook URL host {host!r} is not a valid domain name") from None
+    default_port = 443 if scheme == "https" else 80
+    netloc_host = f"[{host}]" if ":" in host else host
+    host_header = netloc_host if port in (None, default_port) else f"{netloc_host}:{port}"
+    path = parts.path or "/"
+    if parts.query:
+        path = f"{path}?{parts.query}"
+    return _Target(scheme, host, port or default_port, host_header, path)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class WebhookChannel:
+    """POSTs a signed ``reminder.due`` event to the destination URL."""
+
+    name = "webhook"
+    honours_idempotency_key = True
+
+    def __init__(
+        self,
+        allow: Iterable[str | IPNetwork] = (),
+        connect_timeout: float = 3.0,
+        read_timeout: float = 10.0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        resolver: Resolver = resolve_host,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
+        if connect_timeout <= 0 or read_timeout <= 0:
+            raise InvalidInput("webhook timeouts must be positive")
+        self.allow: list[IPNetwork] = parse_allow_entries(allow)
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._ssl_context = ssl_context
+        self._resolver = resolver
+        self._max_response_bytes = max_response_bytes
+
+    def send(self, message: Message, now: datetime) -> SendResult:
+        now = require_aware(now, "now").astimezone(UTC)
+        try:
+            target = _parse_url(message.destination)
+            if message.secret is None:
+                raise InvalidInput("no signing secret for this webhook endpoint")
+            signing.validate_secret(message.secret)
+        except InvalidInput as exc:
+            return SendResult(Outcome.PERMANENT, _one_line(str(exc)))
+        try:
+            body = webhook_body(message)
+        except (TypeError, ValueError) as exc:
+            return SendResult(Outcome.PERMANENT, _one_line(f"payload is not JSON: {exc}"))
+        try:
+            addresses = check_destination(target.host, target.port, self.allow, self._resolver)
+        except DestinationRefused as exc:
+            return SendResult(Outcome.PERMANENT, str(exc))
+        except DestinationLookupError as exc:
+            return SendResult(Outcome.TRANSIENT, _one_line(str(exc)))
+
+        timestamp = int(now.timestamp())
+        headers = {
+            "Host": target.host_header,
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "Idempotency-Key": message.delivery_key,
+            signing.HEADER_ID: message.delivery_key,
+            signing.HEADER_TIMESTAMP: str(timestamp),
+            signing.HEADER_SIGNATURE: signing.sign(
+                message.secret, message.delivery_key, timestamp, body
+            ),
+            "Connection": "close",
+        }
+        connected = self._connect(target, addresses)
+        if isinstance(connected, SendResult):
+            return connected
+        sock, address = connected
+        conn = http.client.HTTPConnection(str(address), target.port, timeout=self.read_timeout)
+        conn.sock = sock
+        try:
+            return self._exchange(conn, target, headers, body, now)
+        finally:
+            conn.close()
+
+    def _connect(
+        self, target: _Target, addresses: list[IPAddress]
+    ) -> tuple[socket.socket, IPAddress] | SendResult:
+        """Open a connection to the first vetted address that answers; nothing is sent yet."""
+        failure = "no address to connect to"
+        for address in addresses:
+            where = f"{address}:{target.port}"
+            try:
+                sock = socket.create_connection((str(address), target.port), self.connect_timeout)
+            except TimeoutError:
+                failure = f"connect timeout after {self.connect_timeout}s to {where}"
+                continue
+            except ConnectionRefusedError:
+                failure = f"connection refused by {where}"
+                continue
+            except OSError as exc:
+                failure = _one_line(f"cannot connect to {where}: {exc.strerror or exc}")
+                continue
+            if target.scheme == "https":
+                try:
+                    context = self._ssl_context or ssl.create_default_context()
+                    sock = context.wrap_socket(sock, server_hostname=target.host)
+                except (OSError, ssl.SSLError) as exc:
+                    sock.close()
+                    return SendResult(
+                        Outcome.TRANSIENT, _one_line(f"TLS handshake with {where} failed: {exc}")
+                    )
+            sock.settimeout(self.read_timeout)
+            return sock, address
+        return SendResult(Outcome.TRANSIENT, failure)
+
+    def _exchange(
+        self,
+        conn: http.client.HTTPConnection,
+        target: _Target,
+        headers: dict[str, str],
+        body: bytes,
+        now: datetime,
+    ) -> SendResult:
+        try:
+            conn.request("POST", target.path, body=body, headers=headers)
+        except ValueError as exc:
+            # http.client refuses a control character in the path or a header before writing.
+            return SendResult(Outcome.PERMANENT, _one_line(f"invalid request: {exc}"))
+        except OSError as exc:
+            # The request was not completely written, so the receiver cannot have acted on it.
+            return SendResult(
+                Outcome.TRANSIENT, _one_line(f"connection failed while sending: {exc}")
+            )
+        try:
+            response = conn.getresponse()
+        except TimeoutError:
+            return SendResult(
+                Outcome.UNKNOWN,
+                f"no response within {self.read_timeout}s (read timeout); the request was sent",
+            )
+        except (OSError, http.client.HTTPException) as exc:
+            kind = type(exc).__name__
+            return SendResult(
+                Outcome.UNKNOWN,
+                _one_line(f"connection lost after the request was sent ({kind}: {exc})"),
+            )
+        try:
+            snippet = response.read(self._max_response_bytes)
+        except (OSError, http.client.HTTPException):
+            snippet = b""
+        return self._classify(response, snippet, now)
+
+    def _classify(
+        self, response: http.client.HTTPResponse, snippet: bytes, now: datetime
+    ) -> SendResult:
+        status = response.status
+        try:
+            reason = response.reason or HTTPStatus(status).phrase
+        except ValueError:
+            reason = ""
+        detail = _one_line(f"HTTP {status} {reason}".strip())
+        extra: dict[str, Any] = {}
+        if snippet:
+            extra["response_body"] = snippet.decode("utf-8", "replace")[:RESPONSE_SNIPPET_CHARS]
+        retry_after = None
+        if status in _RETRY_AFTER_STATUSES:
+            retry_after = parse_retry_after(response.getheader("Retry-After"), now)
+
+        if 200 <= status < 300:
+            outcome = Outcome.SENT
+        elif 300 <= status < 400:
+            outcome = Outcome.PERMANENT
+            detail = f"{detail}: redirect not followed"
+            location = response.getheader("Location")
+            if location:
+                extra["location"] = location
+        elif status in _TRANSIENT_4XX or 500 <= status < 600:
+            outcome = Outcome.TRANSIENT
+        elif 400 <= status < 500:
+            outcome = Outcome.PERMANENT
+        else:
+            # A response arrived but its meaning is undefined: the receiver may have acted.
+            outcome = Outcome.UNKNOWN
+            detail = f"{detail}: unexpected status"
+        return SendResult(outcome, detail, status_code=status, retry_after=retry_after, extra=extra)

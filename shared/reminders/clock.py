@@ -1,0 +1,64 @@
+"""The one clock every component asks for "now".
+
+Production uses :class:`SystemClock`; tests and the demo use :class:`FixedClock`, which only
+moves when told to. ``REMINDERS_NOW`` (ISO-8601 with an offset) fixes the clock for a command.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from reminders.errors import InvalidInput
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current instant, timezone-aware, in UTC."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class FixedClock:
+    """A clock that stands still until advanced: tests and the demo run on it."""
+
+    def __init__(self, instant: datetime) -> None:
+        self._now = require_aware(instant, "instant").astimezone(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, instant: datetime) -> None:
+        self._now = require_aware(instant, "instant").astimezone(UTC)
+
+    def advance(self, delta: timedelta) -> datetime:
+        self._now += delta
+        return self._now
+
+
+def require_aware(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{name} must carry a UTC offset or zone, got naive {value.isoformat()}")
+    return value
+
+
+def parse_instant(text: str, name: str) -> datetime:
+    """Parse an ISO-8601 instant that must carry an offset (``Z`` allowed)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(f"{name}: not an ISO-8601 instant: {text!r}") from None
+    return require_aware(value, name).astimezone(UTC)
+
+
+def clock_from_env(environ: dict[str, str] | None = None) -> Clock:
+    env = os.environ if environ is None else environ
+    fixed = env.get("REMINDERS_NOW")
+    if fixed:
+        return FixedClock(parse_instant(fixed, "REMINDERS_NOW"))
+    return SystemClock()

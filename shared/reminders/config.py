@@ -1,0 +1,145 @@
+"""Settings, read from the environment once (at cold start) and validated there.
+
+A missing or malformed setting raises :class:`ConfigError` naming the variable, instead of
+falling back to an empty string that fails later somewhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from reminders.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Limits:
+    scan_batch: int = 100          # deliveries leased per scanner tick at most
+    inflight_budget: int = 1000    # live leases + queued messages, at most
+    lease_seconds: int = 300       # a lease expires this long after it is taken
+    redrive_budget: int = 3        # default replays from the DLQ per delivery (kinds may override)
+    work_rounds: int = 10_000      # bound on local event-loop rounds
+
+
+@dataclass(frozen=True)
+class QueueUrls:
+    deliveries: str
+    dlq: str
+    parking: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    db_prepare: bool
+    queues: QueueUrls | None
+    limits: Limits
+    webhook_allow: str
+    email_sender: str
+    webhook_connect_timeout: float = 3.0
+    webhook_read_timeout: float = 10.0
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= 120:
+        raise ConfigError(f"{name} must be between 0 and 120 seconds, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "on", "yes"):
+        return True
+    if raw.lower() in ("0", "false", "off", "no"):
+        return False
+    raise ConfigError(f"{name} must be on or off, got {raw!r}")
+
+
+def limits_from_env(env: Mapping[str, str]) -> Limits:
+    return Limits(
+        scan_batch=_int(env, "REMINDERS_SCAN_BATCH", 100, 1, 10_000),
+        inflight_budget=_int(env, "REMINDERS_INFLIGHT_BUDGET", 1000, 1, 1_000_000),
+        lease_seconds=_int(env, "REMINDERS_LEASE_SECONDS", 300, 5, 43_200),
+        redrive_budget=_int(env, "REMINDERS_REDRIVE_BUDGET", 3, 0, 100),
+        work_rounds=_int(env, "REMINDERS_WORK_ROUNDS", 10_000, 1, 10_000_000),
+    )
+
+
+def database_url_from_env(env: Mapping[str, str]) -> str:
+    """``DATABASE_URL`` wins; otherwise host + name + a Secrets Manager secret (in Lambda)."""
+    url = env.get("DATABASE_URL")
+    if url:
+        return url
+    host = env.get("REMINDERS_DB_HOST")
+    secret_arn = env.get("REMINDERS_DB_SECRET_ARN")
+    if not host or not secret_arn:
+        raise ConfigError(
+            "no database configured: set DATABASE_URL, or REMINDERS_DB_HOST with "
+            "REMINDERS_DB_SECRET_ARN (run `reminders local up` for a local one)"
+        )
+    from reminders.aws import read_db_secret  # only in Lambda: keeps local imports lean
+
+    user, password = read_db_secret(secret_arn)
+    name = env.get("REMINDERS_DB_NAME", "reminders")
+    sslmode = env.get("REMINDERS_DB_SSLMODE", "verify-full")
+    extra = "&sslrootcert=system" if sslmode == "verify-full" else ""
+    return (f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:5432/"
+            f"{quote(name, safe='')}?sslmode={sslmode}{extra}")
+
+
+def queues_from_env(env: Mapping[str, str]) -> QueueUrls | None:
+    names = ("REMINDERS_QUEUE_URL", "REMINDERS_DLQ_URL", "REMINDERS_PARKING_QUEUE_URL")
+    values = [env.get(n, "") for n in names]
+    if not any(values):
+        return None
+    missing = [n for n, v in zip(names, values, strict=True) if not v]
+    if missing:
+        raise ConfigError(f"queue settings incomplete: {', '.join(missing)} not set")
+    return QueueUrls(*values)
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    return Settings(
+        database_url=database_url_from_env(env),
+        db_prepare=_bool(env, "REMINDERS_DB_PREPARE", True),
+        queues=queues_from_env(env),
+        limits=limits_from_env(env),
+        webhook_allow=env.get("REMINDERS_WEBHOOK_ALLOW", ""),
+        email_sender=env.get("REMINDERS_EMAIL_SENDER", "reminders@example.com"),
+        webhook_connect_timeout=_float(env, "REMINDERS_WEBHOOK_CONNECT_TIMEOUT", 3.0),
+        webhook_read_timeout=_float(env, "REMINDERS_WEBHOOK_READ_TIMEOUT", 10.0),
+    )
+
+
+def require_queues(settings: Settings) -> QueueUrls:
+    if settings.queues is None:
+        raise ConfigError(
+            "no queues configured: set REMINDERS_QUEUE_URL, REMINDERS_DLQ_URL and "
+            "REMINDERS_PARKING_QUEUE_URL (run `reminders local up` for local ones)"
+        )
+    return settings.queues

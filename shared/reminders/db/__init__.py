@@ -1,0 +1,115 @@
+"""The one place that talks to psycopg: connections, named queries, error translation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from reminders.db.queries import query
+from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound
+
+Row = dict[str, Any]
+Params = Mapping[str, Any] | Sequence[Any] | None
+Connection = psycopg.Connection[Any]
+
+__all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", "transaction"]
+
+
+def connect(url: str, *, prepare: bool = True, application_name: str = "reminders") -> Connection:
+    """Open an autocommit connection with dict rows; :func:`transaction` groups work.
+    ``prepare=False`` turns psycopg's automatic prepared statements off, which a connection
+    pooler such as RDS Proxy needs (they pin the connection)."""
+    try:
+        conn: Connection = psycopg.connect(
+            url,
+            autocommit=True,
+            row_factory=dict_row,  # type: ignore[arg-type]
+            prepare_threshold=5 if prepare else None,
+            application_name=application_name,
+            connect_timeout=10,
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to Postgres: {_first_line(exc)}") from exc
+    return conn
+
+
+@contextmanager
+def transaction(conn: Connection) -> Iterator[Connection]:
+    """A transaction (or a savepoint inside the caller's), with errors translated."""
+    with translate_errors(), conn.transaction():
+        yield conn
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise NotFound(_constraint_message(exc)) from exc
+    except (psycopg.errors.CheckViolation, psycopg.errors.UniqueViolation,
+            psycopg.errors.InvalidDatetimeFormat, psycopg.errors.InvalidTextRepresentation,
+            psycopg.errors.StringDataRightTruncation, psycopg.errors.NotNullViolation,
+            psycopg.errors.IntervalFieldOverflow, psycopg.errors.DatetimeFieldOverflow) as exc:
+        raise InvalidInput(_constraint_message(exc)) from exc
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(f"Postgres: {_first_line(exc)}") from exc
+
+
+def fetch_all(conn: Connection, name: str, params: Params = None) -> list[Row]:
+    with translate_errors(), conn.cursor() as cur:
+        cur.execute(query(name), params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def fetch_one(conn: Connection, name: str, params: Params = None) -> Row | None:
+    with translate_errors(), conn.cursor() as cur:
+        cur.execute(query(name), params)
+        return cur.fetchone() if cur.description else None  # type: ignore[return-value]
+
+
+def execute(conn: Connection, name: str, params: Params = None) -> int:
+    """Run a named statement; return the number of rows it touched."""
+    with translate_errors(), conn.cursor() as cur:
+        cur.execute(query(name), params)
+        return cur.rowcount
+
+
+def execute_script(conn: Connection, sql: str) -> None:
+    with translate_errors(), conn.cursor() as cur:
+        cur.execute(sql.encode())
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _constraint_message(exc: psycopg.Error) -> str:
+    diag = exc.diag
+    where = f" ({diag.constraint_name})" if diag.constraint_name else ""
+    return f"{diag.message_primary or _first_line(exc)}{where}"
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server, another database."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(url, dbname=name)
+
+
+def create_database(url: str, name: str, template: str | None = None) -> str:
+    """Create a database (optionally cloned from a template) if absent; return its URL."""
+    from psycopg import sql
+
+    with connect(url) as conn:
+        exists = conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone()
+        if not exists:
+            stmt = sql.SQL("create database {}").format(sql.Identifier(name))
+            if template:
+                stmt = sql.SQL("create database {} template {}").format(
+                    sql.Identifier(name), sql.Identifier(template))
+            conn.execute(stmt)
+    return with_database(url, name)

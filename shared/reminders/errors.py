@@ -1,0 +1,23 @@
+"""Domain errors. Nothing above the data layer sees a psycopg or botocore exception type."""
+
+from __future__ import annotations
+
+
+class RemindersError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class InvalidInput(RemindersError, ValueError):
+    """Input was rejected; the message names what was wrong. Nothing was written."""
+
+
+class NotFound(RemindersError, LookupError):
+    """A named thing (delivery key, schedule, kind, endpoint) does not exist."""
+
+
+class ConfigError(RemindersError):
+    """A setting is missing or malformed; raised once, at start-up."""
+
+
+class DatabaseUnavailable(RemindersError):
+    """Postgres could not be reached or dropped the connection."""

@@ -1,0 +1,1 @@
+"""The one-machine runtime: local stand-ins for what AWS and receivers provide."""

@@ -1,0 +1,376 @@
+"""A local webhook receiver that verifies signatures and counts effects per idempotency key.
+
+Used in-process by tests (``WebhookReceiver(secret).start()``) and as a process by the local
+stack (``python -m reminders.local.receiver --secret whsec_... --port 8787`` prints its URL once
+ready and serves until SIGTERM).
+
+Endpoints are scripted by their URL, so a test can register one that misbehaves::
+
+    /hooks/<name>?codes=500,503,200   answers in order per endpoint name; the last one repeats
+                 &retry_after=30       Retry-After: 30 on 429/503 answers
+                 &retry_after_date=1   ...as an HTTP-date (receiver clock + retry_after, default 60)
+                 &delay=2.5            wait before answering (the effect is already recorded)
+                 &dedup=0              behave like a receiver that ignores the key
+
+Every POST must carry a valid Standard Webhooks signature; a bad one is answered 401, counted in
+``bad_signatures`` and has no other effect. A 2xx answer is an *effect*, recorded once per
+``webhook-id``; a later 2xx for the same id is answered 200 again but counted in ``duplicates``.
+
+``GET /_stats`` returns the counters as JSON, ``GET /_payloads[?key=...]`` the bodies received,
+``POST /_reset`` clears everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from email.utils import formatdate
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType, TracebackType
+from typing import Any, TypedDict
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+from reminders.channels.signing import HEADER_ID, validate_secret, verify
+from reminders.clock import Clock, SystemClock
+from reminders.errors import InvalidInput
+
+MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_RETRY_AFTER_SECONDS = 60
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+
+class ReceiverStats(TypedDict):
+    effects: dict[str, int]
+    requests: dict[str, int]
+    ok_answers: dict[str, int]
+    duplicates: int
+    bad_signatures: int
+    by_endpoint: dict[str, int]
+
+
+class _Script:
+    """What an endpoint URL asks the receiver to do."""
+
+    def __init__(self, query: str) -> None:
+        params = {name: values[-1] for name, values in parse_qs(query).items()}
+        try:
+            codes = [int(c) for c in params.get("codes", "200").split(",") if c.strip()]
+            self.retry_after = float(params["retry_after"]) if "retry_after" in params else None
+            self.delay = float(params.get("delay", "0"))
+        except ValueError as exc:
+            raise InvalidInput(f"bad endpoint script {query!r}: {exc}") from None
+        if not codes or any(not 200 <= c <= 599 for c in codes):
+            raise InvalidInput(f"codes must be HTTP statuses 200-599, got {params.get('codes')!r}")
+        if self.delay < 0 or (self.retry_after is not None and self.retry_after < 0):
+            raise InvalidInput("delay and retry_after must not be negative")
+        self.codes = codes
+        self.retry_after_date = params.get("retry_after_date", "0") not in ("0", "", "false")
+        self.dedup = params.get("dedup", "1") not in ("0", "false")
+
+    def code_for(self, index: int) -> int:
+        return self.codes[min(index, len(self.codes) - 1)]
+
+
+class WebhookReceiver:
+    """A threaded HTTP server standing in for an application's webhook endpoint."""
+
+    def __init__(
+        self,
+        secret: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        clock: Clock | None = None,
+        tolerance_seconds: int | None = None,
+        verbose: bool = False,
+    ) -> None:
+        validate_secret(secret)
+        self.secret = secret
+        self.host = host
+        self._requested_port = port
+        self.clock: Clock = clock or SystemClock()
+        self.tolerance_seconds = tolerance_seconds
+        self.verbose = verbose
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._clear()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> WebhookReceiver:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, self._requested_port), _make_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="webhook-receiver", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()  # wakes handlers sleeping on a scripted delay
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> WebhookReceiver:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the receiver is not running; call start() first")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def hook_url(
+        self,
+        name: str,
+        *,
+        codes: Sequence[int] = (),
+        retry_after: float | None = None,
+        retry_after_date: bool = False,
+        delay: float | None = None,
+        dedup: bool = True,
+    ) -> str:
+        """The URL of a scripted endpoint (see the module docstring)."""
+        params: dict[str, str] = {}
+        if codes:
+            params["codes"] = ",".join(str(c) for c in codes)
+        if retry_after is not None:
+            params["retry_after"] = f"{retry_after:g}"
+        if retry_after_date:
+            params["retry_after_date"] = "1"
+        if delay is not None:
+            params["delay"] = f"{delay:g}"
+        if not dedup:
+            params["dedup"] = "0"
+        query = f"?{urlencode(params, safe=',')}" if params else ""
+        return f"{self.url}/hooks/{quote(name, safe='')}{query}"
+
+    # --- state -----------------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self._effects: Counter[str] = Counter()
+        self._requests: Counter[str] = Counter()
+        self._ok_answers: Counter[str] = Counter()
+        self._by_endpoint: Counter[str] = Counter()
+        self._payloads: dict[str, list[Any]] = {}
+        self._duplicates = 0
+        self._bad_signatures = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def stats(self) -> ReceiverStats:
+        with self._lock:
+            return ReceiverStats(
+                effects=dict(self._effects),
+                requests=dict(self._requests),
+                ok_answers=dict(self._ok_answers),
+                duplicates=self._duplicates,
+                bad_signatures=self._bad_signatures,
+                by_endpoint=dict(self._by_endpoint),
+            )
+
+    def payloads(self, key: str | None = None) -> dict[str, list[Any]]:
+        """Bodies received with a valid signature, per webhook-id (all, or one key)."""
+        with self._lock:
+            chosen = self._payloads if key is None else {key: self._payloads.get(key, [])}
+            return {k: list(v) for k, v in chosen.items()}
+
+    def _record_bad_signature(self) -> None:
+        with self._lock:
+            self._bad_signatures += 1
+
+    def _record(self, endpoint: str, key: str, body: bytes, script: _Script) -> int:
+        """Count a verified request and decide its answer; a 2xx answer is the effect."""
+        try:
+            payload: Any = json.loads(body)
+        except ValueError:
+            payload = body.decode("utf-8", "replace")
+        with self._lock:
+            code = script.code_for(self._by_endpoint[endpoint])
+            self._by_endpoint[endpoint] += 1
+            self._requests[key] += 1
+            self._payloads.setdefault(key, []).append(payload)
+            if 200 <= code < 300:
+                self._ok_answers[key] += 1
+                if script.dedup and self._effects[key] > 0:
+                    self._duplicates += 1
+                else:
+                    self._effects[key] += 1
+            return code
+
+    def _retry_after_header(self, script: _Script) -> str | None:
+        if script.retry_after_date:
+            seconds = (
+                script.retry_after
+                if script.retry_after is not None
+                else DEFAULT_RETRY_AFTER_SECONDS
+            )
+            return formatdate(self.clock.now().timestamp() + seconds, usegmt=True)
+        if script.retry_after is not None:
+            return str(int(script.retry_after))
+        return None
+
+
+def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "reminders-webhook-receiver"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            if receiver.verbose:
+                super().log_message(format, *args)
+
+        def _answer(
+            self, status: int, document: Any, headers: dict[str, str] | None = None
+        ) -> None:
+            body = json.dumps(document, separators=(",", ":")).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (a read-timeout test): nothing to tell it
+
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            if parts.path == "/_stats":
+                self._answer(200, receiver.stats())
+            elif parts.path == "/_payloads":
+                key = parse_qs(parts.query).get("key", [None])[-1]
+                self._answer(200, receiver.payloads(key))
+            else:
+                self._answer(404, {"error": f"no such page {parts.path}"})
+
+        def do_POST(self) -> None:
+            parts = urlsplit(self.path)
+            if parts.path == "/_reset":
+                receiver.reset()
+                self._answer(200, {"reset": True})
+                return
+            if not parts.path.startswith("/hooks/") or parts.path == "/hooks/":
+                self._answer(404, {"error": f"no such endpoint {parts.path}"})
+                return
+            endpoint = parts.path[len("/hooks/"):]
+            length_text = self.headers.get("Content-Length")
+            if length_text is None or not length_text.isdigit():
+                self._answer(411, {"error": "Content-Length required"})
+                return
+            length = int(length_text)
+            if length > MAX_BODY_BYTES:
+                self._answer(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})
+                return
+            body = self.rfile.read(length)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            try:
+                verify(
+                    receiver.secret,
+                    headers,
+                    body,
+                    receiver.tolerance_seconds,
+                    receiver.clock.now() if receiver.tolerance_seconds is not None else None,
+                )
+            except InvalidInput as exc:
+                receiver._record_bad_signature()
+                self._answer(401, {"error": str(exc)})
+                return
+            try:
+                script = _Script(parts.query)
+            except InvalidInput as exc:
+                self._answer(400, {"error": str(exc)})
+                return
+            code = receiver._record(endpoint, headers[HEADER_ID], body, script)
+            if script.delay:
+                receiver._stopping.wait(script.delay)
+            extra: dict[str, str] = {}
+            retry_after = receiver._retry_after_header(script)
+            if code in _RETRY_AFTER_STATUSES and retry_after is not None:
+                extra["Retry-After"] = retry_after
+            if 300 <= code < 400:
+                extra["Location"] = parts.path
+            try:
+                phrase = HTTPStatus(code).phrase
+            except ValueError:
+                phrase = ""
+            self._answer(code, {"status": code, "message": phrase}, extra)
+
+    return Handler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reminders.local.receiver",
+        description="Local webhook receiver: verifies signatures, counts effects per key.",
+    )
+    parser.add_argument("--secret", required=True, help="signing secret (whsec_...)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument(
+        "--tolerance", type=int, default=None, help="reject timestamps further off (seconds)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
+    args = parser.parse_args(argv)
+    try:
+        receiver = WebhookReceiver(
+            args.secret,
+            args.host,
+            args.port,
+            tolerance_seconds=args.tolerance,
+            verbose=args.verbose,
+        )
+    except InvalidInput as exc:
+        parser.error(str(exc))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    receiver.start()
+    print(receiver.url, flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        receiver.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Logging and metrics: structured keys, never f-string messages; one metrics port."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Protocol
+
+from aws_lambda_powertools import Logger
+
+# JSON logs on stderr (CloudWatch takes both streams); stdout stays for EMF metrics and for
+# the command line's JSON answers. LOG_LEVEL sets the level.
+logger = Logger(service="reminders", logger_handler=logging.StreamHandler(sys.stderr))
+
+NAMESPACE = "Reminders"
+
+
+class Metrics(Protocol):
+    def put(self, name: str, value: float, unit: str = "Count") -> None: ...
+
+
+class NoMetrics:
+    def put(self, name: str, value: float, unit: str = "Count") -> None:
+        return None
+
+
+class EmfMetrics:
+    """In Lambda: CloudWatch embedded metric format on stdout, no API call, no extra grant."""
+
+    def __init__(self) -> None:
+        from aws_lambda_powertools import Metrics as PowertoolsMetrics
+
+        self._metrics = PowertoolsMetrics(namespace=NAMESPACE, service="reminders")
+
+    def put(self, name: str, value: float, unit: str = "Count") -> None:
+        self._metrics.add_metric(name=name, unit=unit, value=value)
+        self._metrics.flush_metrics()
+
+
+class CloudWatchMetrics:
+    """Locally: PutMetricData to the CloudWatch endpoint (moto's, on one machine)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def put(self, name: str, value: float, unit: str = "Count") -> None:
+        self._client.put_metric_data(Namespace=NAMESPACE, MetricData=[{
+            "MetricName": name, "Value": value, "Unit": unit,
+            "Dimensions": [{"Name": "service", "Value": "reminders"}]}])

@@ -1,0 +1,108 @@
+"""Redrive: each dead-lettered message is re-checked against the current row, then either
+replayed through Postgres (due again now, same delivery key) or dropped with a recorded reason.
+What cannot be read at all goes to the parking queue, with the reason, for an operator."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from reminders import db
+from reminders.consumer import content_check, load_rows, settle
+from reminders.errors import InvalidInput
+from reminders.observability import logger
+from reminders.queue import LeaseMessage, parse_body
+from reminders.runtime import Runtime
+
+TERMINAL = ("sent", "failed", "suppressed", "stale", "unknown", "dead")
+
+
+def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
+    records = event.get("Records", [])
+    parsed: dict[str, LeaseMessage | InvalidInput] = {}
+    for record in records:
+        try:
+            parsed[record["messageId"]] = parse_body(record.get("body", ""))
+        except InvalidInput as exc:
+            parsed[record["messageId"]] = exc
+    ids = sorted({m.delivery_id for m in parsed.values() if isinstance(m, LeaseMessage)})
+    conn = rt.connection()
+    rows = load_rows(conn, ids)
+
+    def handle(record: SQSRecord) -> str:
+        message = parsed[record.message_id]
+        if isinstance(message, InvalidInput):
+            return _park(rt, record, f"unparseable: {message}")
+        row = rows.get(message.delivery_id)
+        if row is None:
+            return _park(rt, record, f"unknown delivery id {message.delivery_id}")
+        return decide(rt, conn, row, message, record.message_id)
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    return process_partial_response(event=event, record_handler=handle, processor=processor,
+                                    context=context)
+
+
+def _park(rt: Runtime, record: SQSRecord, reason: str) -> str:
+    rt.parking.send_raw(record.body or "", {
+        "reason": reason[:250], "source_message_id": record.message_id,
+        "receive_count": str(record.attributes.approximate_receive_count or "?")})
+    logger.warning("parked", extra={"message_id": record.message_id, "reason": reason})
+    return "parked"
+
+
+def decide(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage,
+           message_id: str) -> str:
+    """Replay or drop one dead-lettered message, recording why. Returns the decision."""
+    now = rt.clock.now()
+    state = row["state"]
+    if state in TERMINAL:
+        verdict = "already sent" if state == "sent" else f"already {state}: {row['reason']}"
+        return _drop(conn, row, now, verdict, message_id)
+    if state in ("scheduled", "retrying"):
+        return _drop(conn, row, now, "already due again; the scanner delivers it", message_id)
+    # Leased: replay only a lease this message was about, or one that has expired.
+    expired = row["lease_expires_at"] <= now
+    if row["lease_token"] != message.lease_token and not expired:
+        return _drop(conn, row, now, "held by a newer live lease", message_id)
+    token = row["lease_token"]
+    check = content_check(row, now)
+    with db.transaction(conn):
+        if check.action == "release":  # tenant paused: due again, waits for the resume
+            db.execute(conn, "lease_release", {"ids": [row["id"]], "tokens": [token],
+                                               "reason": check.reason, "now": now})
+            return _drop(conn, row, now, check.reason, message_id)
+        if check.action == "settle" and check.state is not None:
+            settle(conn, row, token, check.state, check.reason, None, now)
+            return _drop(conn, row, now, check.reason, message_id)
+        if row["redrives"] >= row["redrive_budget"]:
+            reason = f"redrive budget spent ({row['redrives']} of {row['redrive_budget']})"
+            settle(conn, row, token, "dead", reason, None, now)
+            return _drop(conn, row, now, reason, message_id)
+        replayed = db.fetch_one(conn, "delivery_replay", {
+            "id": row["id"], "tenant": row["tenant"], "token": token, "now": now,
+            "reason": f"replayed from the dead-letter queue (message {message_id})"})
+        if replayed is None:
+            return _drop(conn, row, now, "lease changed while deciding", message_id)
+        _event(conn, row, now, "replayed", f"message {message_id}; due again now")
+    logger.info("replayed", extra={"delivery_key": row["delivery_key"], "message_id": message_id})
+    return "replayed"
+
+
+def _drop(conn: db.Connection, row: db.Row, now: datetime, reason: str, message_id: str) -> str:
+    _event(conn, row, now, "dropped", f"{reason} (message {message_id})")
+    logger.info("dropped", extra={"delivery_key": row["delivery_key"], "reason": reason,
+                                  "message_id": message_id})
+    return "dropped"
+
+
+def _event(conn: db.Connection, row: db.Row, now: datetime, event: str, detail: str) -> None:
+    db.execute(conn, "event_add", {"tenant": row["tenant"], "id": row["id"], "now": now,
+                                   "actor": "redrive", "event": event, "detail": detail})

@@ -1,0 +1,95 @@
+"""What every handler needs, built once per process (Lambda cold start) from the environment,
+or installed by the local stack and tests (a port we own: clock, channels, metrics)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reminders import config, db
+from reminders.channels.base import Channel
+from reminders.clock import Clock, clock_from_env
+from reminders.observability import Metrics, NoMetrics
+from reminders.queue import Queue
+
+
+@dataclass
+class Runtime:
+    settings: config.Settings
+    clock: Clock
+    deliveries: Queue
+    dlq: Queue
+    parking: Queue
+    channels: Mapping[str, Channel]
+    metrics: Metrics = field(default_factory=NoMetrics)
+    rng: random.Random = field(default_factory=random.Random)
+    _conn: db.Connection | None = None
+
+    def connection(self) -> db.Connection:
+        """A live connection, reconnecting once if the previous one broke."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = db.connect(self.settings.database_url, prepare=self.settings.db_prepare)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @property
+    def idempotent_channels(self) -> list[str]:
+        return [name for name, ch in self.channels.items() if ch.honours_idempotency_key]
+
+
+def build_channels(settings: config.Settings, client: Any) -> dict[str, Channel]:
+    """``client(service, config)`` makes a boto3 client; channels get ones that never retry by
+    themselves, so one send is one attempt in the ledger."""
+    from reminders.channels.addresses import parse_allow_list
+    from reminders.channels.aws_errors import send_client_config
+    from reminders.channels.email import SesEmailChannel
+    from reminders.channels.sms import SnsSmsChannel
+    from reminders.channels.webhook import WebhookChannel
+
+    return {
+        "webhook": WebhookChannel(allow=parse_allow_list(settings.webhook_allow),
+                                  connect_timeout=settings.webhook_connect_timeout,
+                                  read_timeout=settings.webhook_read_timeout),
+        "email": SesEmailChannel(client("sesv2", send_client_config()), settings.email_sender),
+        "sms": SnsSmsChannel(client("sns", send_client_config())),
+    }
+
+
+def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | None = None,
+             clock: Clock | None = None) -> Runtime:
+    from reminders import aws
+
+    settings = config.load(environ)
+    urls = config.require_queues(settings)
+    return Runtime(
+        settings=settings,
+        clock=clock or clock_from_env(dict(environ) if environ is not None else None),
+        deliveries=Queue(aws.client("sqs"), urls.deliveries),
+        dlq=Queue(aws.client("sqs"), urls.dlq),
+        parking=Queue(aws.client("sqs"), urls.parking),
+        channels=build_channels(settings, aws.send_client),
+        metrics=metrics or NoMetrics(),
+    )
+
+
+_installed: Runtime | None = None
+
+
+def install(runtime: Runtime | None) -> None:
+    """Set the runtime handlers use (local stack, tests); None goes back to the environment."""
+    global _installed
+    _installed = runtime
+
+
+def current(*, metrics_factory: Any = None) -> Runtime:
+    """The installed runtime, or one built from the environment on first use."""
+    global _installed
+    if _installed is None:
+        _installed = from_env(metrics=metrics_factory() if metrics_factory else None)
+    return _installed

@@ -1,0 +1,130 @@
+"""Real parts: one embedded Postgres per session with a migrated template database cloned for
+each test, one moto server over HTTP with fresh queues per test, and a real webhook receiver."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reminders import config, db
+from reminders.clock import FixedClock
+from reminders.db import migrate
+from reminders.local import stack
+from reminders.queue import Queue
+from reminders.runtime import Runtime
+
+T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = os.environ.get("REMINDERS_TEST_DATABASE_URL")
+    if not url:
+        url = stack.start_postgres(tmp_path_factory.mktemp("pg") / "data", keep_running=False)
+    template_url = db.create_database(url, "reminders_template")
+    with db.connect(template_url) as conn:
+        migrate.apply(conn)
+    return url
+
+
+@pytest.fixture
+def database_url(pg_server: str) -> str:
+    return db.create_database(pg_server, f"t_{os.getpid()}_{next(_counter)}",
+                              template="reminders_template")
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[db.Connection]:
+    with db.connect(database_url) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    for key, value in stack.AWS_TEST_ENV.items():
+        os.environ.setdefault(key, value)
+    port = stack.free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    stack.wait_http(f"{endpoint}/moto-api/data.json")
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def queue_urls(moto_endpoint: str) -> config.QueueUrls:
+    return stack.prepare_aws(moto_endpoint, prefix=f"t{next(_counter)}", visibility_timeout=1,
+                             max_receive_count=2)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    from reminders.local.receiver import WebhookReceiver
+
+    rcv = WebhookReceiver(secret=stack.new_secret())
+    rcv.start()
+    yield rcv
+    rcv.stop()
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0)
+
+
+@dataclass
+class Harness:
+    """A test's whole pipeline: runtime, the app connection, the receiver, the clock."""
+
+    rt: Runtime
+    conn: db.Connection
+    receiver: Any
+    clock: FixedClock
+    endpoint: str
+
+    def sqs(self) -> Any:
+        return stack.aws_client("sqs", self.endpoint)
+
+
+def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock: FixedClock,
+                 **limits: int) -> Runtime:
+    from reminders.runtime import build_channels
+
+    env = {"DATABASE_URL": database_url, "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
+           "REMINDERS_EMAIL_SENDER": stack.SENDER, "REMINDERS_WEBHOOK_READ_TIMEOUT": "2"}
+    env.update({f"REMINDERS_{k.upper()}": str(v) for k, v in limits.items()})
+    settings = config.load(env)
+
+    def client(service: str, client_config: Any = None) -> Any:
+        return stack.aws_client(service, endpoint, client_config)
+
+    sqs = client("sqs")
+    return Runtime(settings=settings, clock=clock, deliveries=Queue(sqs, urls.deliveries),
+                   dlq=Queue(sqs, urls.dlq), parking=Queue(sqs, urls.parking),
+                   channels=build_channels(settings, client), rng=random.Random(7))
+
+
+@pytest.fixture
+def harness(database_url: str, conn: db.Connection, queue_urls: config.QueueUrls,
+            moto_endpoint: str, receiver: Any, clock: FixedClock) -> Iterator[Harness]:
+    rt = make_runtime(database_url, queue_urls, moto_endpoint, clock)
+    yield Harness(rt, conn, receiver, clock, moto_endpoint)
+    rt.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(str(item.fspath)).parent.name == "integration":
+            item.add_marker(pytest.mark.integration)
