@@ -1,0 +1,79 @@
+"""Operator reads: system status and one delivery's story (state, reason, attempts, events)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from reminders import db
+from reminders.errors import NotFound
+from reminders.schedules import iso
+
+STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale", "unknown",
+          "dead")
+
+
+def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> dict[str, Any]:
+    params = {"now": now, "tenant": tenant}
+    by_state = dict.fromkeys(STATES, 0)
+    by_channel: dict[str, dict[str, int]] = {}
+    for row in db.fetch_all(conn, "status_by_state", params):
+        by_state[row["state"]] += row["n"]
+        by_channel.setdefault(row["channel"], {})[row["state"]] = row["n"]
+    oldest = db.fetch_one(conn, "status_oldest_overdue", params) or {}
+    expired = db.fetch_one(conn, "status_expired_leases", params) or {}
+    from reminders.timezones import tzdata_version
+
+    return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
+            "total": sum(by_state.values()),
+            "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
+            "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version()}
+
+
+def status_text(data: dict[str, Any]) -> str:
+    states = ", ".join(f"{k} {v}" for k, v in data["by_state"].items() if v)
+    return (f"deliveries: {data['total']} ({states or 'none'})\n"
+            f"oldest overdue: {data['oldest_overdue_seconds']:.0f}s; "
+            f"expired leases: {data['expired_leases']}")
+
+
+def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
+    ref = {"id": row["id"], "tenant": row["tenant"]}
+    attempts = db.fetch_all(conn, "attempts_of_delivery", ref)
+    events = db.fetch_all(conn, "events_of_delivery", ref)
+    return {
+        "delivery_key": row["delivery_key"], "schedule_key": row["schedule_key"],
+        "tenant": row["tenant"], "kind": row["kind"], "recipient": row["recipient"],
+        "channel": row["channel"], "destination": row["destination"],
+        "occurrence_at": iso(row["occurrence_at"]), "due_at": iso(row["due_at"]),
+        "revision": row["revision"], "state": row["state"], "reason": row["reason"],
+        "attempts_made": row["attempts_made"], "redrives": row["redrives"],
+        "attempts": [{**a, "started_at": iso(a["started_at"]),
+                      "finished_at": iso(a["finished_at"]) if a["finished_at"] else None,
+                      "retry_after": iso(a["retry_after"]) if a["retry_after"] else None}
+                     for a in attempts],
+        "events": [{**e, "at": iso(e["at"])} for e in events],
+    }
+
+
+def show(conn: db.Connection, *, key: str, tenant: str) -> dict[str, Any]:
+    """A delivery by its key; or, given a schedule key, every delivery of that schedule."""
+    row = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
+    if row is not None:
+        return _delivery_json(conn, row)
+    rows = db.fetch_all(conn, "deliveries_of_schedule", {"key": key, "tenant": tenant})
+    if not rows:
+        raise NotFound(f"no delivery or schedule with key {key!r} for tenant {tenant!r}")
+    return {"schedule_key": key, "tenant": tenant,
+            "deliveries": [_delivery_json(conn, r) for r in rows]}
+
+
+def show_text(data: dict[str, Any]) -> str:
+    items = data.get("deliveries", [data])
+    lines = []
+    for d in items:
+        lines.append(f"{d['delivery_key']}: {d['state']}"
+                     + (f" ({d['reason']})" if d["reason"] else ""))
+        lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
+                  for a in d["attempts"]]
+    return "\n".join(lines)
