@@ -54,6 +54,9 @@ def moto_endpoint() -> Iterator[str]:
 
     for key, value in stack.AWS_TEST_ENV.items():
         os.environ.setdefault(key, value)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = stack.free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

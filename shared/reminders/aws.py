@@ -15,7 +15,7 @@ def client(service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(service, config=Config(
+    return boto3.client(service, config=Config(  # type: ignore[call-overload]
         retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=3, read_timeout=10))
 
 
@@ -23,7 +23,7 @@ def send_client(service: str, config: Any) -> Any:
     """A client for a channel's sends, with the channel's own (no-retry) configuration."""
     import boto3
 
-    return boto3.client(service, config=config)
+    return boto3.client(service, config=config)  # type: ignore[call-overload]
 
 
 def read_db_secret(secret_arn: str) -> tuple[str, str]:

@@ -275,7 +275,7 @@ def _resolve_tenant(conn: Any, key: str, tenant: str | None) -> str:
         raise InvalidInput(f"no schedule or delivery with key {key!r}")
     if len(tenants) > 1:
         raise InvalidInput(f"key {key!r} exists for tenants {', '.join(tenants)}; pass --tenant")
-    return tenants[0]
+    return str(tenants[0])
 
 
 def _schedule_key(conn: Any, key: str, tenant: str) -> str:

@@ -102,8 +102,9 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
         deliver(rt, conn, row, message)
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    return process_partial_response(event=event, record_handler=handle, processor=processor,
-                                    context=context)
+    answer = process_partial_response(event=event, record_handler=handle, processor=processor,
+                                      context=context)
+    return dict(answer)
 
 
 def deliver(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage) -> str:

@@ -46,8 +46,9 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
         return decide(rt, conn, row, message, record.message_id)
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    return process_partial_response(event=event, record_handler=handle, processor=processor,
-                                    context=context)
+    answer = process_partial_response(event=event, record_handler=handle, processor=processor,
+                                      context=context)
+    return dict(answer)
 
 
 def _park(rt: Runtime, record: SQSRecord, reason: str) -> str:

@@ -93,6 +93,9 @@ PERMANENT_CODES = frozenset(
     }
 )
 
+# What a channel catches around a client call; anything else is a bug and propagates.
+AWS_ERRORS = (ClientError, BotoCoreError)
+
 _DETAIL_LIMIT = 300
 
 
@@ -125,15 +128,10 @@ def classify_client_error(error: ClientError, service: str) -> SendResult:
     return SendResult(outcome, detail, status_code=status, extra=extra)
 
 
-def classify_aws_error(error: Exception, service: str) -> SendResult:
-    """Classify any exception raised by a botocore client call (``service`` names it in detail).
-
-    Exceptions that are not botocore's are re-raised: they are bugs, not delivery problems.
-    """
+def classify_aws_error(error: ClientError | BotoCoreError, service: str) -> SendResult:
+    """Classify an error raised by a botocore client call (``service`` names it in detail)."""
     if isinstance(error, ClientError):
         return classify_client_error(error, service)
-    if not isinstance(error, BotoCoreError):
-        raise error
     kind = type(error).__name__
     detail = _one_line(f"{service} {kind}: {error}")
     if isinstance(error, ConnectionError):
@@ -167,7 +165,7 @@ def require_single_attempt(client: Any, service: str) -> None:
     config = getattr(getattr(client, "meta", None), "config", None)
     if not isinstance(config, Config):
         return  # a fake of the client in a test: nothing to check
-    retries: dict[str, Any] = dict(config.retries or {})
+    retries: dict[str, Any] = dict(getattr(config, "retries", None) or {})
     total = retries.get("total_max_attempts")
     if total is None and "max_attempts" in retries:
         total = int(retries["max_attempts"]) + 1

@@ -12,7 +12,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from reminders.channels.aws_errors import classify_aws_error, require_single_attempt
+from reminders.channels.aws_errors import (
+    AWS_ERRORS,
+    classify_aws_error,
+    require_single_attempt,
+)
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.errors import InvalidInput
 
@@ -59,6 +63,17 @@ def email_content(message: Message) -> MessageTypeDef:
     }
 
 
+def _custom_headers_supported(client: Any) -> bool:
+    """Whether this botocore knows SES v2 ``Message.Headers`` (an older one refuses the call)."""
+    model = getattr(getattr(client, "meta", None), "service_model", None)
+    if model is None:
+        return True  # a fake of the client in a test
+    try:
+        return "Headers" in model.shape_for("Message").members
+    except Exception:  # an unexpected model shape only costs the trace header
+        return False
+
+
 class SesEmailChannel:
     """Sends one e-mail per attempt with ``sesv2.send_email`` from a verified sender."""
 
@@ -71,19 +86,23 @@ class SesEmailChannel:
             raise InvalidInput("SES sender address is empty")
         self._client = client
         self.sender = sender
+        self._with_key_header = _custom_headers_supported(client)
 
     def send(self, message: Message, now: datetime) -> SendResult:
         try:
             destination = _check_address(message.destination)
         except InvalidInput as exc:
             return SendResult(Outcome.PERMANENT, str(exc))
+        content = email_content(message)
+        if not self._with_key_header:
+            del content["Headers"]
         try:
             response = self._client.send_email(
                 FromEmailAddress=self.sender,
                 Destination={"ToAddresses": [destination]},
-                Content={"Simple": email_content(message)},
+                Content={"Simple": content},
             )
-        except Exception as exc:  # botocore's exceptions are classified, anything else re-raised
+        except AWS_ERRORS as exc:
             return classify_aws_error(exc, "SES")
         message_id = response.get("MessageId")
         return SendResult(

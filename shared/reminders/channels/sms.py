@@ -9,7 +9,11 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from reminders.channels.aws_errors import classify_aws_error, require_single_attempt
+from reminders.channels.aws_errors import (
+    AWS_ERRORS,
+    classify_aws_error,
+    require_single_attempt,
+)
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.errors import InvalidInput
 
@@ -55,7 +59,7 @@ class SnsSmsChannel:
             response = self._client.publish(
                 PhoneNumber=number, Message=sms_text(message), MessageAttributes=attributes
             )
-        except Exception as exc:  # botocore's exceptions are classified, anything else re-raised
+        except AWS_ERRORS as exc:
             return classify_aws_error(exc, "SNS")
         message_id = response.get("MessageId")
         return SendResult(

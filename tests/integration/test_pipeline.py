@@ -1,0 +1,488 @@
+"""The delivery pipeline end to end on the real embedded Postgres, moto's SQS over HTTP and a
+real webhook receiver: leases, fencing, budgets, retries, re-checks, DLQ and redrive."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+from reminders import consumer, db, scanner, schedules
+from reminders.local import pipeline
+from reminders.queue import LeaseMessage
+from tests.conftest import Harness, make_runtime
+from tests.integration.pipeline_helpers import (
+    at_most_one_effect_per_key,
+    attempts,
+    bodies,
+    delivery,
+    effects,
+    event_for,
+    events,
+    minutes,
+    ok_answers,
+    register,
+    run_minutes,
+    schedule_webhook,
+    take_messages,
+    tick,
+    work,
+)
+
+
+def test_on_time_delivery_is_sent_once_with_its_key(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "inv-1", at=h.clock.now() + minutes(5),
+                              payload={"text": "Balance due in 13 days"})
+    assert tick(h)["leased"] == 0  # not due yet
+    h.clock.advance(minutes(5))
+    assert tick(h)["published"] == 1
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert effects(h) == {key: 1}
+    (payload,) = h.receiver.payloads(key)[key]
+    assert payload["delivery_key"] == key and payload["payload"] == {
+        "text": "Balance due in 13 days"}
+
+
+# ---------------------------------------------------------------- leases
+
+
+def test_two_scanners_racing_never_lease_one_delivery_twice(harness: Harness,
+                                                            database_url: str) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("race"))
+    people = [f"p{i}" for i in range(120)]
+    schedules.schedule(h.conn, tenant="acme", recipients=people, channel="webhook", to=url,
+                       at=h.clock.now(), now=h.clock.now(), key="race")
+    runtimes = [make_runtime(database_url, _urls(h), h.endpoint, h.clock, scan_batch=25)
+                for _ in range(2)]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def scan(rt: Any) -> None:
+        try:
+            barrier.wait()
+            for _ in range(4):
+                scanner.tick(rt)
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=scan, args=(rt,)) for rt in runtimes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    published = bodies(take_messages(h, n=500))
+    ids = [b["delivery_id"] for b in published]
+    assert len(ids) == len(set(ids)) == 120
+    for rt in runtimes:
+        rt.close()
+
+
+def test_lease_statement_skips_rows_another_transaction_holds(harness: Harness,
+                                                              database_url: str) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("skip"))
+    schedules.schedule(h.conn, tenant="acme", recipients=["a", "b", "c", "d"], channel="webhook",
+                       to=url, at=h.clock.now(), now=h.clock.now(), key="skip")
+    params = {"now": h.clock.now(), "batch": 2, "budget": 100, "queued": 0, "lease_seconds": 60}
+    with db.connect(database_url) as other, db.transaction(other):
+        first = db.fetch_all(other, "lease_due", params)  # holds its two rows, uncommitted
+        with db.transaction(h.conn):
+            second = db.fetch_all(h.conn, "lease_due", params)
+    assert len(first) == len(second) == 2
+    assert not {r["id"] for r in first} & {r["id"] for r in second}
+
+
+def test_killed_consumer_lease_expires_and_is_taken_over_exactly_once(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "k", at=h.clock.now())
+    tick(h)
+    (lost,) = take_messages(h)  # the consumer died holding this message: no attempt started
+    first_token = json.loads(lost["Body"])["lease_token"]
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    out = tick(h)
+    assert out["reclaimed"] == {"scheduled": 1} and out["published"] == 1
+    row = delivery(h, key)
+    assert row["state"] == "leased" and str(row["lease_token"]) != first_token
+    h.rt.deliveries.send_raw(lost["Body"], {})  # the lost message turns up late after all
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert len(attempts(h, key)) == 1
+    assert effects(h) == {key: 1} and ok_answers(h) == {key: 1}
+    assert any(e["event"] == "message ignored" for e in events(h, key))
+
+
+def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "crash", at=h.clock.now())
+    tick(h)
+    (msg,) = take_messages(h)
+    lease = LeaseMessage(int(json.loads(msg["Body"])["delivery_id"]),
+                         _uuid(json.loads(msg["Body"])["lease_token"]))
+    row = consumer.load_rows(h.conn, [lease.delivery_id])[lease.delivery_id]
+    # Start the attempt and send, then "crash" before recording the outcome.
+    attempt = db.fetch_one(h.conn, "attempt_start", {"id": lease.delivery_id,
+                                                     "token": lease.lease_token,
+                                                     "now": h.clock.now()})
+    assert attempt is not None
+    from reminders.channels.base import Message
+
+    h.rt.channels["webhook"].send(Message(
+        delivery_key=key, tenant="acme", kind="default", recipient="alice",
+        destination=row["destination"], payload={}, revision="1",
+        occurrence_at=row["occurrence_at"], attempt=1, secret=row["endpoint_secret"]),
+        h.clock.now())
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert tick(h)["reclaimed"] == {"retrying": 1}
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    outcomes = [a["outcome"] for a in attempts(h, key)]
+    assert outcomes == ["unknown", "sent"]
+    # The receiver saw the key twice but honoured it: one effect.
+    assert effects(h) == {key: 1} and ok_answers(h) == {key: 2}
+
+
+def test_send_then_crash_on_a_channel_without_keys_is_parked_unknown(harness: Harness) -> None:
+    h = harness
+    result = schedules.schedule(h.conn, tenant="acme", recipients=["frank@example.com"],
+                                channel="email", at=h.clock.now(), now=h.clock.now(), key="em")
+    key = result.deliveries[0].delivery_key
+    tick(h)
+    (msg,) = take_messages(h)
+    body = json.loads(msg["Body"])
+    assert db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
+                                                  "token": body["lease_token"],
+                                                  "now": h.clock.now()}) is not None
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert tick(h)["reclaimed"] == {"unknown": 1}
+    row = delivery(h, key)
+    assert row["state"] == "unknown" and "cannot deduplicate" in row["reason"]
+    assert [a["outcome"] for a in attempts(h, key)] == ["unknown"]
+    h.clock.advance(minutes(10))
+    assert tick(h)["leased"] == 0  # never blindly resent
+
+
+def test_stale_lease_holder_write_is_refused(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "fence", at=h.clock.now())
+    tick(h)
+    (old,) = take_messages(h)
+    old_token = json.loads(old["Body"])["lease_token"]
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    tick(h)  # taken over with a new token
+    row = delivery(h, key)
+    new_token = row["lease_token"]
+    assert str(new_token) != old_token
+    refused = db.fetch_one(h.conn, "delivery_settle", {
+        "id": row["id"], "tenant": "acme", "token": old_token, "state": "sent",
+        "reason": "stale holder", "due_at": None, "now": h.clock.now()})
+    assert refused is None
+    assert db.fetch_one(h.conn, "attempt_start", {"id": row["id"], "token": old_token,
+                                                  "now": h.clock.now()}) is None
+    after = delivery(h, key)
+    assert after["state"] == "leased" and after["lease_token"] == new_token
+    assert attempts(h, key) == []
+
+
+def test_paused_consumer_does_not_grow_the_queue_past_the_budget(harness: Harness,
+                                                                 database_url: str) -> None:
+    h = harness
+    rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, scan_batch=3,
+                      inflight_budget=5, lease_seconds=60)
+    h.rt.close()
+    h.rt = rt
+    url = register(h, h.receiver.hook_url("paused"))
+    people = [f"p{i}" for i in range(12)]
+    schedules.schedule(h.conn, tenant="acme", recipients=people, channel="webhook", to=url,
+                       at=h.clock.now(), now=h.clock.now(), key="paused")
+    depths = []
+    for _ in range(8):  # nobody consumes; leases keep expiring
+        tick(h)
+        depths.append(rt.deliveries.depth())
+        h.clock.advance(timedelta(seconds=61))
+    assert max(depths) == 5, depths
+    for _ in range(12):  # the consumer comes back
+        tick(h)
+        work(h)
+        h.clock.advance(timedelta(seconds=61))
+    rows = h.conn.execute("select state, count(*) as n from deliveries group by state").fetchall()
+    assert rows == [{"state": "sent", "n": 12}]
+    assert len(effects(h)) == 12
+    at_most_one_effect_per_key(h)
+
+
+# ---------------------------------------------------------------- receivers' answers
+
+
+def test_429_with_retry_after_waits_that_long(harness: Harness) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("busy", codes=[429, 200], retry_after=120))
+    (key,) = schedule_webhook(h, "busy", url=url)
+    t0 = h.clock.now()
+    tick(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "retrying"
+    assert row["due_at"] == t0 + timedelta(seconds=120)
+    h.clock.advance(timedelta(seconds=119))
+    assert tick(h)["leased"] == 0
+    h.clock.advance(timedelta(seconds=1))
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert [a["status_code"] for a in attempts(h, key)] == [429, 200]
+    assert effects(h) == {key: 1}
+
+
+def test_429_without_retry_after_backs_off_with_jitter(harness: Harness) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("busy2", codes=[429, 200]))
+    (key,) = schedule_webhook(h, "busy2", url=url)
+    t0 = h.clock.now()
+    tick(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "retrying"
+    assert t0 + timedelta(seconds=1) <= row["due_at"] <= t0 + timedelta(seconds=30)
+    h.clock.set(row["due_at"])
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert effects(h) == {key: 1}
+
+
+def test_500_then_success(harness: Harness) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("flaky", codes=[500, 200]))
+    (key,) = schedule_webhook(h, "flaky", url=url)
+    run_minutes(h, 2)
+    assert delivery(h, key)["state"] == "sent"
+    assert [a["outcome"] for a in attempts(h, key)] == ["transient", "sent"]
+    assert effects(h) == {key: 1}
+
+
+def test_permanent_rejection_is_not_retried(harness: Harness) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("gone", codes=[410]))
+    (key,) = schedule_webhook(h, "gone", url=url)
+    run_minutes(h, 3)
+    row = delivery(h, key)
+    assert row["state"] == "failed" and "410" in row["reason"]
+    assert len(attempts(h, key)) == 1
+    assert effects(h) == {}
+
+
+def test_retry_budget_spent_is_dead(harness: Harness) -> None:
+    h = harness
+    db.fetch_one(h.conn, "kind_upsert", {
+        "name": "twice", "stale_after": None, "stale_after_given": True, "max_attempts": 2,
+        "redrive_budget": None, "backoff_base": timedelta(seconds=5),
+        "backoff_cap": timedelta(seconds=5), "now": h.clock.now()})
+    url = register(h, h.receiver.hook_url("down", codes=[503]))
+    (key,) = schedule_webhook(h, "down", url=url, kind="twice")
+    run_minutes(h, 3)
+    row = delivery(h, key)
+    assert row["state"] == "dead" and "2 of 2" in row["reason"]
+
+
+def test_retry_past_the_staleness_deadline_is_parked_stale(harness: Harness) -> None:
+    h = harness
+    db.fetch_one(h.conn, "kind_upsert", {
+        "name": "trip", "stale_after": timedelta(minutes=1), "stale_after_given": True,
+        "max_attempts": None, "redrive_budget": None, "backoff_base": None, "backoff_cap": None,
+        "now": h.clock.now()})
+    url = register(h, h.receiver.hook_url("slow", codes=[429, 200], retry_after=600))
+    (key,) = schedule_webhook(h, "trip", url=url, kind="trip")
+    tick(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "stale" and "staleness deadline" in row["reason"]
+
+
+# ---------------------------------------------------------------- current state decides
+
+
+def test_cancelled_delivery_is_not_sent_by_its_old_message(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "c1")
+    tick(h)  # its message is on the queue
+    schedules.cancel(h.conn, tenant="acme", key="c1", now=h.clock.now())
+    work(h)
+    row = delivery(h, key)
+    assert (row["state"], row["reason"]) == ("suppressed", "cancelled")
+    assert effects(h) == {} and attempts(h, key) == []
+
+
+def test_opted_out_delivery_is_not_sent_by_its_old_message(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "o1")
+    tick(h)
+    schedules.opt_out(h.conn, tenant="acme", recipient="alice", channel="webhook",
+                      now=h.clock.now())
+    work(h)
+    row = delivery(h, key)
+    assert (row["state"], row["reason"]) == ("suppressed", "opted out of webhook")
+    assert effects(h) == {}
+
+
+def test_rescheduled_delivery_goes_out_once_at_its_new_time(harness: Harness) -> None:
+    h = harness
+    (old_key,) = schedule_webhook(h, "r1")
+    tick(h)
+    new_at = h.clock.now() + minutes(30)
+    result = schedules.reschedule(h.conn, tenant="acme", key="r1", at=new_at, revision="2",
+                                  now=h.clock.now())
+    (new_key,) = [d.delivery_key for d in result.deliveries]
+    assert new_key != old_key
+    work(h)  # the old message arrives: nothing is sent
+    assert delivery(h, old_key)["state"] == "suppressed"
+    assert effects(h) == {}
+    h.clock.advance(minutes(29))
+    tick(h)
+    work(h)
+    assert effects(h) == {}
+    h.clock.advance(minutes(1))
+    tick(h)
+    work(h)
+    assert delivery(h, new_key)["state"] == "sent"
+    assert effects(h) == {new_key: 1}
+    (payload,) = h.receiver.payloads(new_key)[new_key]
+    assert payload["revision"] == "2"
+
+
+def test_revision_moved_on_while_in_flight_sends_the_new_revision_once(harness: Harness) -> None:
+    h = harness
+    (old_key,) = schedule_webhook(h, "rev")
+    tick(h)
+    schedules.reschedule(h.conn, tenant="acme", key="rev", revision="itinerary-2",
+                         now=h.clock.now())
+    work(h)
+    tick(h)
+    work(h)
+    sent = [k for k, n in effects(h).items() if n]
+    assert len(sent) == 1 and sent[0] != old_key
+    (payload,) = h.receiver.payloads(sent[0])[sent[0]]
+    assert payload["revision"] == "itinerary-2"
+
+
+# ---------------------------------------------------------------- DLQ and redrive
+
+
+def _to_dlq(h: Harness) -> dict[str, Any]:
+    """Move the queued message to the DLQ, as maxReceiveCount failures would."""
+    (msg,) = take_messages(h)
+    h.sqs().send_message(QueueUrl=h.rt.dlq.url, MessageBody=msg["Body"])
+    return msg
+
+
+def test_dlq_message_after_an_opt_out_is_dropped_with_its_reason(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "dlq1")
+    tick(h)
+    _to_dlq(h)
+    schedules.opt_out(h.conn, tenant="acme", recipient="alice", channel="webhook",
+                      now=h.clock.now())
+    work(h)
+    row = delivery(h, key)
+    assert (row["state"], row["reason"]) == ("suppressed", "opted out of webhook")
+    dropped = [e for e in events(h, key) if e["actor"] == "redrive"]
+    assert [e["event"] for e in dropped] == ["dropped"]
+    assert dropped[0]["detail"].startswith("opted out of webhook")
+    assert effects(h) == {}
+
+
+def test_dlq_message_still_deliverable_is_replayed_with_the_same_key(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "dlq2")
+    tick(h)
+    _to_dlq(h)
+    work(h)  # redrive replays through Postgres: due again now
+    row = delivery(h, key)
+    assert row["state"] == "scheduled" and row["redrives"] == 1
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert effects(h) == {key: 1}
+
+
+def test_dlq_replay_beyond_the_redrive_budget_is_dead(harness: Harness) -> None:
+    h = harness
+    db.fetch_one(h.conn, "kind_upsert", {
+        "name": "once", "stale_after": None, "stale_after_given": True, "max_attempts": None,
+        "redrive_budget": 0, "backoff_base": None, "backoff_cap": None, "now": h.clock.now()})
+    (key,) = schedule_webhook(h, "dlq3", kind="once")
+    tick(h)
+    _to_dlq(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "dead" and "redrive budget spent" in row["reason"]
+
+
+def test_console_redrive_of_a_delivered_message_sends_nothing(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "console")
+    tick(h)
+    (msg,) = take_messages(h)
+    h.rt.deliveries.send_raw(msg["Body"], {})  # put it back, keeping its body
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    # Later an operator moves "the same" message back from the DLQ with the console.
+    h.rt.deliveries.send_raw(msg["Body"], {})
+    h.sqs().send_message(QueueUrl=h.rt.dlq.url, MessageBody=msg["Body"])
+    work(h)
+    assert effects(h) == {key: 1} and ok_answers(h) == {key: 1}
+    assert len(attempts(h, key)) == 1
+    details = [e["detail"] for e in events(h, key)]
+    assert any(d.startswith("already sent") for d in details), details
+
+
+def test_malformed_message_fails_alone(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "good")
+    tick(h)
+    h.rt.deliveries.send_raw("{not json", {})
+    h.rt.deliveries.send_raw(json.dumps({"delivery_id": 999999,
+                                         "lease_token": "00000000-0000-0000-0000-000000000000"}),
+                             {})
+    messages = take_messages(h, n=3)
+    assert len(messages) == 3
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    failed = {f["itemIdentifier"] for f in answer["batchItemFailures"]}
+    bad = {m["MessageId"] for m in messages
+           if m["Body"] == "{not json" or '"delivery_id": 999999' in m["Body"]}
+    assert len(bad) == 2 and failed == bad
+    assert delivery(h, key)["state"] == "sent"
+    # Through the real loop: the bad ones are retried, dead-lettered, then parked with reasons.
+    for m in messages:
+        if m["MessageId"] in failed:
+            h.rt.deliveries.send_raw(m["Body"], {})
+    work(h)
+    parked = h.rt.parking.receive(10)
+    reasons = sorted(p["MessageAttributes"]["reason"]["StringValue"] for p in parked)
+    assert reasons == ["unknown delivery id 999999", "unparseable: body is not JSON: '{not json'"]
+    assert effects(h) == {key: 1}
+
+
+def test_run_reports_idle_and_counts(harness: Harness) -> None:
+    h = harness
+    schedule_webhook(h, "count", recipients=["a", "b", "c"])
+    out = pipeline.run(h.rt)
+    assert out["tick"]["leased"] == 3
+    assert out["work"]["consumer"]["records"] == 3 and out["work"]["consumer"]["failures"] == 0
+    at_most_one_effect_per_key(h)
+
+
+def _urls(h: Harness) -> Any:
+    from reminders.config import QueueUrls
+
+    return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+
+
+def _uuid(text: str) -> Any:
+    from uuid import UUID
+
+    return UUID(text)
