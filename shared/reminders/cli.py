@@ -292,8 +292,8 @@ def cmd_reschedule(args: argparse.Namespace) -> int:
     at = parse_instant(args.at, "--at") if args.at else None
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
-        result = schedules.reschedule(conn, tenant=tenant, key=_schedule_key(conn, args.key, tenant),
-                                      at=at, revision=args.revision,
+        key = _schedule_key(conn, args.key, tenant)
+        result = schedules.reschedule(conn, tenant=tenant, key=key, at=at, revision=args.revision,
                                       recurrence=_recurrence(args), now=_now())
     print(json.dumps(result.as_json(), indent=2, default=str))
     return 0

@@ -61,7 +61,7 @@ class Queue:
             entries = [{"Id": str(i), "MessageBody": m.body()} for i, m in enumerate(chunk)]
             try:
                 answer = self.client.send_message_batch(QueueUrl=self.url, Entries=entries)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (any failed call rejects its chunk)
                 rejected += [Rejected(m, f"SendMessageBatch failed: {exc}") for m in chunk]
                 continue
             for failed in answer.get("Failed", []):

@@ -165,7 +165,8 @@ def schedule(conn: db.Connection, *, tenant: str, recipients: Iterable[str], cha
     if not isinstance(revision, str) or not revision or len(revision) > 100:
         raise InvalidInput("revision must be a non-empty string of at most 100 characters")
     if (at is None) == (recurrence is None):
-        raise InvalidInput("give exactly one of: an instant (at) or a recurrence (rrule, tz, start)")
+        raise InvalidInput("give exactly one of: an instant (at) or a recurrence "
+                           "(rrule, tz, start)")
     if at is not None:
         at = require_aware(at, "at").astimezone(UTC)
     schedule_key = key if key is not None else f"auto-{uuid.uuid4()}"

@@ -70,7 +70,7 @@ def _custom_headers_supported(client: Any) -> bool:
         return True  # a fake of the client in a test
     try:
         return "Headers" in model.shape_for("Message").members
-    except Exception:  # an unexpected model shape only costs the trace header
+    except Exception:  # noqa: BLE001 (an unexpected model shape only costs the trace header)
         return False
 
 

@@ -76,7 +76,7 @@ class EventSource:
         try:
             answer = self.handler(event, context)
             failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
-        except Exception:
+        except Exception:  # noqa: BLE001 (an invocation error fails the batch, as in Lambda)
             failed = {m["MessageId"] for m in messages}
         done = [m["ReceiptHandle"] for m in messages if m["MessageId"] not in failed]
         if done:
