@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from reminders import config, db
+from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
 from reminders.db import migrate
 from reminders.local import stack
@@ -76,7 +77,7 @@ def queue_urls(moto_endpoint: str) -> config.QueueUrls:
 def receiver() -> Iterator[Any]:
     from reminders.local.receiver import WebhookReceiver
 
-    rcv = WebhookReceiver(secret=stack.new_secret())
+    rcv = WebhookReceiver(secret=new_secret())
     rcv.start()
     yield rcv
     rcv.stop()

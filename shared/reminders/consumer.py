@@ -59,6 +59,13 @@ def content_check(row: db.Row, now: datetime) -> Decision:
         return Decision("settle", "stale", f"missed its window: due "
                                            f"{row['occurrence_at']:%Y-%m-%dT%H:%M:%SZ}, "
                                            f"stale after {stale_after}")
+    if row["recurring"]:
+        from reminders.series import superseded_by
+
+        newer = superseded_by(row, now)
+        if newer is not None:
+            return Decision("settle", "stale", f"skipped: a newer occurrence "
+                                               f"({newer.local.isoformat()}) is already due")
     if row["tenant_paused"]:
         return Decision("release", None, "tenant paused; waits until resumed")
     if row["channel"] == "webhook" and not row["endpoint_secret"]:

@@ -41,8 +41,9 @@ Series semantics (kept consistent everywhere):
   past ``local_start``); anything later is treated as absent. :meth:`Recurrence.parse` rejects a
   rule with no occurrence in that window.
 
-Aware datetimes that share a tzinfo compare by wall time, ignoring ``fold``; compare
-:attr:`Occurrence.utc`, never :attr:`Occurrence.local`.
+Compare :attr:`Occurrence.utc`, never :attr:`Occurrence.local`: aware datetimes sharing a tzinfo
+compare by wall time ignoring ``fold``, and (PEP 495) an ambiguous wall time never compares equal
+to an instant in another zone, so ``occurrence.local == occurrence.utc`` is False in an overlap.
 """
 
 from __future__ import annotations
@@ -306,25 +307,27 @@ class Recurrence:
         Returns ``(occurrence, shifted)``; ``occurrence`` is None when a gap time is skipped.
         """
         tzinfo = self._zone
-        by_fold = {nominal.replace(tzinfo=tzinfo, fold=fold).astimezone(UTC) for fold in (0, 1)}
-        real = sorted(
-            instant
-            for instant in by_fold
-            if instant.astimezone(tzinfo).replace(tzinfo=None) == nominal
-        )
-        shifted = False
+        by_fold: list[datetime] = []  # the instant each fold reading gives
+        real: list[Occurrence] = []  # those whose wall time round-trips to the nominal one
+        for fold in (0, 1):
+            offset = nominal.replace(tzinfo=tzinfo, fold=fold).utcoffset()
+            assert offset is not None
+            instant = (nominal - offset).replace(tzinfo=UTC)
+            if instant in by_fold:
+                continue
+            by_fold.append(instant)
+            local = instant.astimezone(tzinfo)
+            if local.replace(tzinfo=None) == nominal:
+                real.append(Occurrence(utc=instant, local=local))
         if not real:  # gap
             if self.gap == "skip":
                 return None, False
             # The offset before the gap is the smaller one, so it gives the later instant: the
             # wall time moved forward by the gap's length (RFC 5545 section 3.3.5).
             instant = max(by_fold)
-            shifted = True
-        elif self.overlap == "later":
-            instant = real[-1]
-        else:
-            instant = real[0]
-        return Occurrence(utc=instant, local=instant.astimezone(tzinfo)), shifted
+            return Occurrence(utc=instant, local=instant.astimezone(tzinfo)), True
+        real.sort(key=lambda occurrence: occurrence.utc)
+        return (real[-1] if self.overlap == "later" else real[0]), False
 
     def _expand(self, lower: datetime) -> Iterator[datetime]:
         """The rule's nominal local wall times, ascending, up to the scan horizon.

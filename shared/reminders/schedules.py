@@ -31,6 +31,9 @@ _PHONE = re.compile(r"^\+[1-9][0-9]{7,14}$")
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 
+Plan = list[tuple[datetime, str, str | None]]  # per recipient: occurrence, state, reason
+
+
 @dataclass(frozen=True)
 class DeliveryRef:
     recipient: str
@@ -200,21 +203,21 @@ def schedule(conn: db.Connection, *, tenant: str, recipients: Iterable[str], cha
                                                "recipients": people,
                                                "destinations": destinations})
         if recurrence is not None:
-            from reminders.series import first_occurrences
+            from reminders.series import first_due
 
-            plan = first_occurrences(recurrence, now, len(people))
+            first = first_due(recurrence, now)
+            plan: Plan = [(first.utc, "scheduled", None)] * len(people) if first else []
         else:
             assert at is not None
             plan = [(at, "scheduled", None)] * len(people)
+        chosen = slice(0, len(plan))  # nobody, when the rule has no occurrence left
         refs = insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
-                                 generation=generation, channel=channel, recipients=people,
-                                 destinations=destinations, plan=plan, now=now)
-        if not refs:
+                                 generation=generation, channel=channel,
+                                 recipients=people[chosen], destinations=destinations[chosen],
+                                 plan=plan, now=now)
+        if not refs:  # a rule whose occurrences are all in the past
             db.execute(conn, "schedule_end", {"id": schedule_id, "tenant": tenant, "now": now})
     return ScheduleResult(tenant, schedule_key, schedule_id, True, refs)
-
-
-Plan = list[tuple[datetime, str, str | None]]  # per recipient: occurrence, state, reason
 
 
 def insert_deliveries(conn: db.Connection, *, tenant: str, schedule_id: int, generation: int,
@@ -302,12 +305,13 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                                 {"schedule_id": current["id"], "tenant": tenant})
         if at is not None:  # a new instant: everybody gets it
             chosen = everyone
-            plan: Plan = [(at, "scheduled", None)] * len(chosen)
+            plan = [(at, "scheduled", None)] * len(chosen)
         elif rec is not None:  # a new rule: recompute the pending ones from now
-            from reminders.series import first_occurrences
+            from reminders.series import first_due
 
-            chosen = [r for r in everyone if r["recipient"] in pending]
-            plan = first_occurrences(rec, now, len(chosen))
+            first = first_due(rec, now)
+            chosen = [r for r in everyone if r["recipient"] in pending] if first else []
+            plan = [(first.utc, "scheduled", None)] * len(chosen) if first else []
         else:  # a new revision: the pending ones, same instant, new content
             chosen = [r for r in everyone if r["recipient"] in pending]
             plan = [(pending[r["recipient"]], "scheduled", None) for r in chosen]

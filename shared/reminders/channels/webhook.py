@@ -152,9 +152,6 @@ class WebhookChannel:
             if message.secret is None:
                 raise InvalidInput("no signing secret for this webhook endpoint")
             signing.validate_secret(message.secret)
-        except InvalidInput as exc:
-            return SendResult(Outcome.PERMANENT, _one_line(str(exc)))
-        try:
             body = webhook_body(message)
         except InvalidInput as exc:
             return SendResult(Outcome.PERMANENT, _one_line(str(exc)))

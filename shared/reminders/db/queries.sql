@@ -136,6 +136,21 @@ where schedule_id = %(schedule_id)s and tenant = %(tenant)s
   and state in ('scheduled', 'leased', 'retrying')
 returning id, recipient, occurrence_at;
 
+-- name: series_state
+-- The recipient's place in a recurring series: its last occurrence in the current generation.
+select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.generation,
+       s.channel, k.stale_after, r.destination,
+       (select max(d.occurrence_at) from deliveries d
+        where d.schedule_id = s.id and d.tenant = s.tenant and d.recipient = r.recipient
+          and d.generation = s.generation) as last_occurrence,
+       exists (select 1 from deliveries d where d.schedule_id = s.id and d.tenant = s.tenant
+               and d.recipient = r.recipient and d.state in ('scheduled', 'leased', 'retrying'))
+           as has_pending
+from schedules s
+join kinds k on k.name = s.kind
+join schedule_recipients r on r.schedule_id = s.id and r.recipient = %(recipient)s
+where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
+
 -- name: opt_out_add
 insert into opt_outs (tenant, recipient, channel, created_at)
 values (%(tenant)s, %(recipient)s, %(channel)s, %(now)s)
@@ -229,6 +244,7 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        d.attempts_made, d.redrives, d.lease_token, d.lease_expires_at,
        s.state as schedule_state, s.revision as schedule_revision,
        s.generation as schedule_generation, s.payload, s.kind, (s.rrule is not null) as recurring,
+       s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient

@@ -4,10 +4,8 @@ receiver. ``up`` leaves the servers running in the background until ``down``."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reminders import db
+from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
 
@@ -63,10 +62,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def new_secret() -> str:
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 def start_postgres(pgdata: Path, *, keep_running: bool) -> str:

@@ -1,0 +1,81 @@
+"""Recurring series: exactly one pending delivery per recipient, the next one materialised in
+the transaction that records the current one's terminal outcome.
+
+Catch-up after downtime is bounded: of the occurrences missed while nothing ran, only the
+newest one still inside the kind's staleness window is sent; older ones are recorded as skipped
+(state ``stale``), so a week's outage never turns into a burst of old digests.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from reminders import db
+from reminders.recurrence import Occurrence, Recurrence
+from reminders.schedules import Plan, insert_deliveries
+
+MAX_CATCH_UP = 500  # missed occurrences looked at (and recorded as skipped) per advance
+
+
+def recurrence_of(row: db.Row) -> Recurrence:
+    """The stored rule of a schedule row (validated when it was saved)."""
+    return Recurrence(rrule=row["rrule"], tz=row["tz"], local_start=row["local_start"],
+                      gap=row["gap_policy"], overlap=row["overlap_policy"])
+
+
+def first_due(rec: Recurrence, now: datetime) -> Occurrence | None:
+    """A new (or re-ruled) series starts at its first occurrence at or after now."""
+    return rec.next_after(now - timedelta(microseconds=1))
+
+
+def superseded_by(row: db.Row, now: datetime) -> Occurrence | None:
+    """For a recurring delivery: a newer occurrence that is already due, if any."""
+    rec = recurrence_of(row)
+    following = rec.next_after(row["occurrence_at"])
+    if following is not None and following.utc <= now:
+        return following
+    return None
+
+
+def plan_next(rec: Recurrence, last: datetime, now: datetime,
+              stale_after: timedelta | None) -> Plan:
+    """What follows the occurrence ``last``: skipped ones, then the one to deliver (if any)."""
+    missed: list[Occurrence] = []
+    following: Occurrence | None = None
+    for occurrence in rec.occurrences_after(last, MAX_CATCH_UP + 1):
+        if occurrence.utc <= now:
+            missed.append(occurrence)
+        else:
+            following = occurrence
+            break
+    else:
+        if len(missed) > MAX_CATCH_UP:  # more than we look at: start again from now
+            following = rec.next_after(now)
+            missed = missed[:MAX_CATCH_UP]
+    plan: Plan = []
+    newest = missed[-1] if missed else None
+    if newest is not None and (stale_after is None or now <= newest.utc + stale_after):
+        missed = missed[:-1]
+        following = newest  # the newest missed one is still worth sending: due now
+    for occurrence in missed:
+        plan.append((occurrence.utc, "stale",
+                     "skipped: missed while nothing ran; a newer occurrence replaces it"))
+    if following is not None:
+        plan.append((following.utc, "scheduled", None))
+    return plan
+
+
+def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, recipient: str,
+                           now: datetime) -> None:
+    """Materialise the recipient's next delivery; end the series when the rule has ended."""
+    row = db.fetch_one(conn, "series_state", {"tenant": tenant, "schedule_id": schedule_id,
+                                              "recipient": recipient})
+    if row is None or row["state"] != "active" or row["rrule"] is None or row["has_pending"]:
+        return
+    plan = plan_next(recurrence_of(row), row["last_occurrence"], now, row["stale_after"])
+    insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
+                      generation=int(row["generation"]), channel=row["channel"],
+                      recipients=[recipient] * len(plan),
+                      destinations=[row["destination"]] * len(plan), plan=plan, now=now)
+    if not plan or plan[-1][1] != "scheduled":
+        db.execute(conn, "schedule_end", {"id": schedule_id, "tenant": tenant, "now": now})

@@ -1,0 +1,468 @@
+"""The webhook channel against a real receiver over HTTP on 127.0.0.1, on fixed instants."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reminders import __version__
+from reminders.channels.base import Message, Outcome
+from reminders.channels.signing import new_secret, verify
+from reminders.channels.webhook import WebhookChannel, parse_retry_after
+from reminders.clock import FixedClock
+from reminders.local.receiver import WebhookReceiver
+
+NOW = datetime(2025, 3, 30, 1, 30, tzinfo=UTC)  # the night Europe's clocks go forward
+SECRET = new_secret()
+
+
+def message(url: str, key: str = "schedule:7:2025-03-30T01:30:00Z:r1:webhook",
+            secret: str | None = SECRET, attempt: int = 1) -> Message:
+    return Message(
+        delivery_key=key,
+        tenant="acme",
+        kind="balance_due",
+        recipient="r1",
+        destination=url,
+        payload={"amount": "12.50", "note": "Grüße"},
+        revision="3",
+        occurrence_at=NOW,
+        attempt=attempt,
+        secret=secret,
+    )
+
+
+@pytest.fixture
+def hooks() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver(SECRET, clock=FixedClock(NOW)) as rcv:
+        yield rcv
+
+
+@pytest.fixture
+def channel() -> WebhookChannel:
+    return WebhookChannel(allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=0.5)
+
+
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+# --- the happy path and the key --------------------------------------------------------------
+
+
+def test_success_is_sent_and_counted_once(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    msg = message(hooks.hook_url("ok"))
+    result = channel.send(msg, NOW)
+    assert (result.outcome, result.detail, result.status_code) == (Outcome.SENT, "HTTP 200 OK", 200)
+    stats = hooks.stats()
+    assert stats["effects"] == {msg.delivery_key: 1}
+    assert stats["bad_signatures"] == 0
+    assert hooks.payloads(msg.delivery_key)[msg.delivery_key] == [
+        {
+            "type": "reminder.due",
+            "delivery_key": msg.delivery_key,
+            "tenant": "acme",
+            "kind": "balance_due",
+            "recipient": "r1",
+            "revision": "3",
+            "occurrence_at": "2025-03-30T01:30:00Z",
+            "attempt": 1,
+            "payload": {"amount": "12.50", "note": "Grüße"},
+        }
+    ]
+
+
+def test_a_resend_with_the_same_key_has_no_second_effect(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    url = hooks.hook_url("ok")
+    first = channel.send(message(url, attempt=1), NOW)
+    second = channel.send(message(url, attempt=2), NOW + timedelta(minutes=5))
+    assert first.outcome is second.outcome is Outcome.SENT
+    stats = hooks.stats()
+    key = message(url).delivery_key
+    assert stats["effects"] == {key: 1}
+    assert stats["ok_answers"] == {key: 2}
+    assert stats["duplicates"] == 1
+
+
+def test_scripted_codes_answer_in_order(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    url = hooks.hook_url("flaky", codes=[500, 200])
+    outcomes = [channel.send(message(url), NOW).outcome for _ in range(3)]
+    assert outcomes == [Outcome.TRANSIENT, Outcome.SENT, Outcome.SENT]
+    stats = hooks.stats()
+    assert stats["by_endpoint"] == {"flaky": 3}
+    assert stats["effects"] == {message(url).delivery_key: 1}
+
+
+# --- classification -------------------------------------------------------------------------
+
+
+def test_429_with_retry_after_seconds(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    result = channel.send(message(hooks.hook_url("busy", codes=[429], retry_after=30)), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == "HTTP 429 Too Many Requests"
+    assert result.retry_after == NOW + timedelta(seconds=30)
+    assert hooks.stats()["effects"] == {}
+
+
+def test_429_with_retry_after_http_date(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    url = hooks.hook_url("busy", codes=[429], retry_after=120, retry_after_date=True)
+    result = channel.send(message(url), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.retry_after == NOW + timedelta(seconds=120)
+    assert result.retry_after.tzinfo is not None
+
+
+def test_429_without_retry_after(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    result = channel.send(message(hooks.hook_url("busy", codes=[429])), NOW)
+    assert (result.outcome, result.retry_after) == (Outcome.TRANSIENT, None)
+
+
+def test_503_honours_retry_after(hooks: WebhookReceiver, channel: WebhookChannel) -> None:
+    result = channel.send(message(hooks.hook_url("down", codes=[503], retry_after=90)), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == "HTTP 503 Service Unavailable"
+    assert result.status_code == 503
+    assert result.retry_after == NOW + timedelta(seconds=90)
+
+
+def test_retry_after_is_ignored_on_other_statuses(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    # The receiver only adds the header to 429/503; a 500 never carries a retry time.
+    result = channel.send(message(hooks.hook_url("err", codes=[500], retry_after=90)), NOW)
+    assert (result.outcome, result.retry_after) == (Outcome.TRANSIENT, None)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome", "detail"),
+    [
+        (500, Outcome.TRANSIENT, "HTTP 500 Internal Server Error"),
+        (502, Outcome.TRANSIENT, "HTTP 502 Bad Gateway"),
+        (408, Outcome.TRANSIENT, "HTTP 408 Request Timeout"),
+        (425, Outcome.TRANSIENT, "HTTP 425 Too Early"),
+        (410, Outcome.PERMANENT, "HTTP 410 Gone"),
+        (400, Outcome.PERMANENT, "HTTP 400 Bad Request"),
+        (404, Outcome.PERMANENT, "HTTP 404 Not Found"),
+        (204, Outcome.SENT, "HTTP 204 No Content"),
+    ],
+)
+def test_status_classification(
+    hooks: WebhookReceiver, channel: WebhookChannel, status: int, outcome: Outcome, detail: str
+) -> None:
+    result = channel.send(message(hooks.hook_url(f"s{status}", codes=[status])), NOW)
+    assert (result.outcome, result.detail, result.status_code) == (outcome, detail, status)
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_redirect_is_not_followed(
+    hooks: WebhookReceiver, channel: WebhookChannel, status: int
+) -> None:
+    result = channel.send(message(hooks.hook_url("moved", codes=[status])), NOW)
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail.endswith("redirect not followed")
+    assert result.status_code == status
+    assert hooks.stats()["by_endpoint"] == {"moved": 1}
+
+
+def test_connection_refused_is_transient(channel: WebhookChannel) -> None:
+    port = unused_port()
+    result = channel.send(message(f"http://127.0.0.1:{port}/hooks/x"), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == f"connection refused by 127.0.0.1:{port}"
+
+
+def test_read_timeout_after_the_request_was_written_is_unknown(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    slow = message(hooks.hook_url("slow", delay=2))
+    result = channel.send(slow, NOW)
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.detail == "no response within 0.5s (read timeout); the request was sent"
+    # The receiver did act: that is exactly why the outcome cannot be "transient".
+    assert hooks.stats()["effects"] == {slow.delivery_key: 1}
+    # The receiver honours the key, so the resend the consumer may make is harmless.
+    again = channel.send(message(hooks.hook_url("fast"), attempt=2), NOW)
+    assert again.outcome is Outcome.SENT
+    stats = hooks.stats()
+    assert stats["effects"] == {slow.delivery_key: 1}
+    assert stats["duplicates"] == 1
+
+
+def test_wrong_secret_is_refused_and_counted(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    result = channel.send(message(hooks.hook_url("ok"), secret=new_secret()), NOW)
+    assert (result.outcome, result.status_code) == (Outcome.PERMANENT, 401)
+    stats = hooks.stats()
+    assert stats["bad_signatures"] == 1
+    assert stats["effects"] == stats["requests"] == stats["by_endpoint"] == {}
+
+
+# --- destination guard ----------------------------------------------------------------------
+
+
+def test_loopback_is_refused_without_an_allow_list(hooks: WebhookReceiver) -> None:
+    result = WebhookChannel().send(message(hooks.hook_url("ok")), NOW)
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail == (
+        "destination 127.0.0.1 is loopback; add it to REMINDERS_WEBHOOK_ALLOW to permit"
+    )
+    assert hooks.stats()["by_endpoint"] == {}
+
+
+def test_loopback_is_reached_when_allowed(hooks: WebhookReceiver) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"])
+    assert channel.send(message(hooks.hook_url("ok")), NOW).outcome is Outcome.SENT
+
+
+def test_metadata_address_is_refused_even_by_name() -> None:
+    channel = WebhookChannel(resolver=lambda host, port: ["169.254.169.254"])
+    result = channel.send(message("http://metadata.example.test/latest"), NOW)
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail.startswith("destination 169.254.169.254 is link-local")
+
+
+def test_dns_failure_is_transient() -> None:
+    def no_such_host(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    result = WebhookChannel(resolver=no_such_host).send(message("https://nowhere.test/h"), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail.startswith("cannot resolve nowhere.test")
+
+
+def test_connect_timeout_detail(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never_connects(address: tuple[str, int], timeout: float) -> socket.socket:
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", never_connects)
+    channel = WebhookChannel(resolver=lambda host, port: ["93.184.215.14"])
+    result = channel.send(message("https://hooks.example.com/h"), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == "connect timeout after 3.0s to 93.184.215.14:443"
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "detail"),
+    [
+        ("ftp://hooks.example.com/x", SECRET, "unsupported URL scheme 'ftp': only http and https"),
+        ("hooks.example.com/x", SECRET, "unsupported URL scheme '(none)': only http and https"),
+        ("http://user:pw@hooks.example.com/", SECRET, "credentials in the webhook URL"),
+        ("http://hooks.example.com:99999/", SECRET, "invalid webhook URL"),
+        ("https://hooks.example.com/", None, "no signing secret for this webhook endpoint"),
+        ("https://hooks.example.com/", "whsec_c2hvcnQ=", "webhook secret: key is 5 bytes"),
+    ],
+)
+def test_unusable_destination_is_permanent(url: str, secret: str | None, detail: str) -> None:
+    result = WebhookChannel().send(message(url, secret=secret), NOW)
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail.startswith(detail)
+
+
+# --- the bytes on the wire, over HTTP and HTTPS ----------------------------------------------
+
+
+@dataclass
+class Captured:
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def capture_server(tls: ssl.SSLContext | None = None) -> tuple[ThreadingHTTPServer, Captured]:
+    captured = Captured()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            captured.requests.append(
+                {"path": self.path, "headers": dict(self.headers.items()), "body": body}
+            )
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, captured
+
+
+def test_headers_and_body_on_the_wire() -> None:
+    server, captured = capture_server()
+    port = server.server_address[1]
+    # A name that DNS cannot resolve: the channel must connect to the vetted address itself.
+    channel = WebhookChannel(allow=["127.0.0.1/32"], resolver=lambda host, p: ["127.0.0.1"])
+    msg = message(f"http://hooks.example.test:{port}/in/bound?tenant=acme")
+    try:
+        result = channel.send(msg, NOW)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.outcome, result.status_code) == (Outcome.SENT, 202)
+    [request] = captured.requests
+    headers, body = request["headers"], request["body"]
+    assert request["path"] == "/in/bound?tenant=acme"
+    assert headers["Host"] == f"hooks.example.test:{port}"
+    assert headers["webhook-id"] == headers["Idempotency-Key"] == msg.delivery_key
+    assert headers["webhook-timestamp"] == str(int(NOW.timestamp())) == "1743298200"
+    assert headers["Content-Type"] == "application/json"
+    assert headers["User-Agent"] == f"reminders/{__version__}"
+    assert headers["webhook-signature"].startswith("v1,")
+    verify(SECRET, headers, body)  # the signed bytes are the sent bytes
+    assert b": " not in body and b", " not in body  # compact separators
+    assert json.loads(body)["occurrence_at"] == "2025-03-30T01:30:00Z"
+
+
+def self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(dt.datetime(2020, 1, 1, tzinfo=UTC))
+        .not_valid_after(dt.datetime(2100, 1, 1, tzinfo=UTC))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_verifies_the_certificate_for_the_host_name(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "hooks.example.test")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    server, captured = capture_server(server_tls)
+    port = server.server_address[1]
+    url = f"https://hooks.example.test:{port}/in"
+    resolve = lambda host, p: ["127.0.0.1"]  # noqa: E731
+    trusting = WebhookChannel(
+        allow=["127.0.0.1"], resolver=resolve, ssl_context=ssl.create_default_context(cafile=cert)
+    )
+    untrusting = WebhookChannel(allow=["127.0.0.1"], resolver=resolve)
+    try:
+        sent = trusting.send(message(url), NOW)
+        refused = untrusting.send(message(url), NOW)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (sent.outcome, sent.status_code) == (Outcome.SENT, 202)
+    assert captured.requests[0]["headers"]["Host"] == f"hooks.example.test:{port}"
+    assert refused.outcome is Outcome.TRANSIENT
+    assert refused.detail.startswith(f"TLS handshake with 127.0.0.1:{port} failed")
+    assert len(captured.requests) == 1
+
+
+# --- Retry-After parsing --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", NOW),
+        ("120", NOW + timedelta(seconds=120)),
+        (" 7 ", NOW + timedelta(seconds=7)),
+        ("Sun, 30 Mar 2025 01:32:00 GMT", NOW + timedelta(minutes=2)),
+        ("Sun, 30 Mar 2025 03:32:00 +0200", NOW + timedelta(minutes=2)),
+        ("Sun, 30 Mar 2025 01:32:00 -0000", NOW + timedelta(minutes=2)),
+        (None, None),
+        ("", None),
+        ("-5", None),
+        ("1.5", None),
+        ("soon", None),
+        ("99999999999999999", None),
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: datetime | None) -> None:
+    assert parse_retry_after(value, NOW) == expected
+
+
+# --- the receiver's own surface -------------------------------------------------------------
+
+
+def test_receiver_stats_and_reset_over_http(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    channel.send(message(hooks.hook_url("ok")), NOW)
+    with urllib.request.urlopen(f"{hooks.url}/_stats", timeout=5) as response:
+        assert json.load(response) == hooks.stats()
+    request = urllib.request.Request(f"{hooks.url}/_reset", method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+    assert hooks.stats() == {
+        "effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
+        "bad_signatures": 0, "by_endpoint": {},
+    }
+
+
+def test_receiver_runs_as_a_process_until_sigterm() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reminders.local.receiver", "--secret", SECRET, "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        channel = WebhookChannel(allow=["127.0.0.1/32"])
+        assert channel.send(message(f"{url}/hooks/proc"), NOW).outcome is Outcome.SENT
+        with urllib.request.urlopen(f"{url}/_stats", timeout=5) as response:
+            assert json.load(response)["by_endpoint"] == {"proc": 1}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_payload_that_is_not_json_is_permanent(
+    hooks: WebhookReceiver, channel: WebhookChannel
+) -> None:
+    msg = dataclasses.replace(message(hooks.hook_url("ok")), payload={"ratio": float("nan")})
+    result = channel.send(msg, NOW)
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail.startswith("payload is not JSON")
+    assert hooks.stats()["by_endpoint"] == {}
