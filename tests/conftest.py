@@ -6,6 +6,9 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +33,9 @@ _counter = itertools.count()
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = os.environ.get("REMINDERS_TEST_DATABASE_URL")
     if not url:
-        url = stack.start_postgres(tmp_path_factory.mktemp("pg") / "data", keep_running=False)
+        # Not under pytest's tmp dirs: a concurrent pytest run may prune those while we run.
+        url = stack.start_postgres(Path(tempfile.mkdtemp(prefix="reminders-pg-")) / "data",
+                                   keep_running=False)
     template_url = db.create_database(url, "reminders_template")
     with db.connect(template_url) as conn:
         migrate.apply(conn)
@@ -51,20 +56,20 @@ def conn(database_url: str) -> Iterator[db.Connection]:
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
+    """moto in server mode, in its own process (as `reminders local up` runs it)."""
     for key, value in stack.AWS_TEST_ENV.items():
         os.environ.setdefault(key, value)
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = stack.free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
-    stack.wait_http(f"{endpoint}/moto-api/data.json")
-    yield endpoint
-    server.stop()
+    try:
+        stack.wait_http(f"{endpoint}/moto-api/data.json")
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @pytest.fixture

@@ -47,11 +47,15 @@ def parse_duration(text: str, name: str) -> timedelta | None:
     iso = re.fullmatch(r"p(?:(\d+)d)?(?:t(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?)?", raw)
     if iso and any(iso.groups()):
         d, h, m, s = (int(g or 0) for g in iso.groups())
-        return timedelta(days=d, hours=h, minutes=m, seconds=s)
-    parts = _DURATION.findall(raw)
-    if not parts or _DURATION.sub("", raw).strip():
-        raise InvalidInput(f"{name}: not a duration: {text!r} (try 90s, 15m, 3h, 2d or PT3H)")
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+        seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    else:
+        parts = _DURATION.findall(raw)
+        if not parts or _DURATION.sub("", raw).strip():
+            raise InvalidInput(f"{name}: not a duration: {text!r} (try 90s, 15m, 3h, 2d or PT3H)")
+        seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if seconds > 3650 * 86400:
+        raise InvalidInput(f"{name}: duration out of range (at most 3650 days): {text!r}")
+    return timedelta(seconds=seconds)
 
 
 # ---------------------------------------------------------------- environment
@@ -330,13 +334,12 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
-    from reminders import db
+    from reminders import schedules
 
+    paused = args.action == "pause"
     with _conn() as conn:
-        db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
-        row = db.fetch_one(conn, "tenant_set_paused", {"tenant": args.tenant,
-                                                       "paused": args.action == "pause"})
-    emit(args, row, f"tenant {args.tenant} {'paused' if args.action == 'pause' else 'resumed'}")
+        schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
+    emit(args, {"tenant": args.tenant, "paused": paused}, f"tenant {args.tenant} {'paused' if args.action == 'pause' else 'resumed'}")
     return 0
 
 

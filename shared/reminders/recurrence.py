@@ -18,7 +18,10 @@ naive local start (DTSTART). Occurrences are worked out in two steps:
      ``"first"`` takes the earlier instant (fold=0), ``"later"`` the later one (fold=1).
 
    A wall time is in a gap when neither fold maps to an instant whose wall time is itself, and
-   in an overlap when both folds map back to it with different offsets.
+   in an overlap when both folds map back to it with different offsets. A fold reading that
+   does not map back is ignored: zoneinfo can report a second offset that was never in force
+   (America/Nuuk, 2023-10-28 23:00-24:00, reads as -01 with fold=0 though the clocks showed
+   -02), and taking it would put the occurrence an hour early.
 
 Series semantics (kept consistent everywhere):
 
@@ -54,7 +57,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
-from typing import Final, Literal, cast, get_args
+from typing import Any, Final, Literal, cast, get_args
 from zoneinfo import ZoneInfo
 
 from dateutil.rrule import DAILY, MONTHLY, WEEKLY, YEARLY, weekday, weekdays
@@ -177,6 +180,10 @@ class Recurrence:
     overlap: OverlapPolicy = "first"
     _rule: _Rule = field(init=False, repr=False, compare=False)
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled and copied as its public fields; the compiled parts are rebuilt and checked.
+        return (Recurrence, (self.rrule, self.tz, self.local_start, self.gap, self.overlap))
 
     def __post_init__(self) -> None:
         if not isinstance(self.rrule, str):

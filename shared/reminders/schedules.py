@@ -305,7 +305,7 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                                 {"schedule_id": current["id"], "tenant": tenant})
         if at is not None:  # a new instant: everybody gets it
             chosen = everyone
-            plan = [(at, "scheduled", None)] * len(chosen)
+            plan: Plan = [(at, "scheduled", None)] * len(chosen)
         elif rec is not None:  # a new rule: recompute the pending ones from now
             from reminders.series import first_due
 
@@ -351,6 +351,15 @@ def opt_in(conn: db.Connection, *, tenant: str, recipient: str, channel: str) ->
     """Undo an opt-out; return whether there was one."""
     validate_tenant(tenant)
     validate_channel(channel)
+    (recipient,) = validate_recipients([recipient])
     with db.transaction(conn):
         return db.execute(conn, "opt_out_remove", {"tenant": tenant, "recipient": recipient,
                                                    "channel": channel}) > 0
+
+
+def set_tenant_paused(conn: db.Connection, *, tenant: str, paused: bool) -> None:
+    """Pause a tenant (its deliveries wait, nothing is lost) or resume it."""
+    validate_tenant(tenant)
+    with db.transaction(conn):
+        db.execute(conn, "tenant_ensure", {"tenant": tenant})
+        db.execute(conn, "tenant_set_paused", {"tenant": tenant, "paused": paused})

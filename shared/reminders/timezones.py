@@ -5,8 +5,10 @@ between a laptop, a CI runner and the Lambda runtime, and it moves whenever the 
 Every zone here is built from the ``tzdata`` wheel pinned with the code instead, so the same
 release computes the same instants everywhere; :func:`tzdata_version` names the rules in use.
 
-Zone objects are cached, so one name always gives the same object. Note that objects built by
-``ZoneInfo.from_file`` cannot be pickled; store the name, not the zone.
+Zone objects are cached, so one name always gives the same object. A plain
+``ZoneInfo.from_file`` object cannot be pickled or deep-copied (which ``dataclasses.asdict``
+does to every value); :class:`TzdataZone` travels by name instead and comes back as the cached
+zone.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import importlib
 import re
 from functools import cache
 from importlib import metadata, resources
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from reminders.errors import InvalidInput
 
-__all__ = ["available_zones", "tzdata_package_version", "tzdata_version", "zone"]
+__all__ = ["TzdataZone", "available_zones", "tzdata_package_version", "tzdata_version", "zone"]
 
 _PACKAGE = "tzdata"
 _MAX_NAME_LENGTH = 64
@@ -27,6 +30,13 @@ _MAX_NAME_LENGTH = 64
 # "America/Port-au-Prince"); none contains a dot, so "..", "." and absolute paths cannot pass.
 _NAME = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
 _TZIF_MAGIC = b"TZif"
+
+
+class TzdataZone(ZoneInfo):
+    """A zone read from the ``tzdata`` package; pickles and copies as its name."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (zone, (self.key,))
 
 
 @cache
@@ -57,7 +67,7 @@ def _case_insensitive_index() -> dict[str, str]:
     return {name.lower(): name for name in available_zones()}
 
 
-def zone(name: str) -> ZoneInfo:
+def zone(name: str) -> TzdataZone:
     """The zone called ``name`` (exact IANA spelling), loaded from the ``tzdata`` package.
 
     Raises :class:`InvalidInput` ``unknown time zone 'X'`` for anything the package does not
@@ -79,14 +89,14 @@ def zone(name: str) -> ZoneInfo:
 
 
 @cache
-def _load(name: str) -> ZoneInfo:
+def _load(name: str) -> TzdataZone:
     resource = resources.files(f"{_PACKAGE}.zoneinfo").joinpath(*name.split("/"))
     try:
         with resource.open("rb") as handle:
             if handle.read(4) != _TZIF_MAGIC:
                 raise InvalidInput(f"unknown time zone {name!r}: not a TZif file in tzdata")
             handle.seek(0)
-            return ZoneInfo.from_file(handle, key=name)
+            return TzdataZone.from_file(handle, key=name)
     except (OSError, ValueError) as exc:
         if isinstance(exc, InvalidInput):
             raise

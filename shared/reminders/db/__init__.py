@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from reminders.db.queries import query
-from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound
+from reminders.errors import ConfigError, DatabaseUnavailable, InvalidInput, NotFound
 
 Row = dict[str, Any]
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -34,6 +34,9 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
         )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to Postgres: {_first_line(exc)}") from exc
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"DATABASE_URL is not a valid connection string: "
+                          f"{_first_line(exc)}") from exc
     return conn
 
 
@@ -53,7 +56,8 @@ def translate_errors() -> Iterator[None]:
     except (psycopg.errors.CheckViolation, psycopg.errors.UniqueViolation,
             psycopg.errors.InvalidDatetimeFormat, psycopg.errors.InvalidTextRepresentation,
             psycopg.errors.StringDataRightTruncation, psycopg.errors.NotNullViolation,
-            psycopg.errors.IntervalFieldOverflow, psycopg.errors.DatetimeFieldOverflow) as exc:
+            psycopg.errors.IntervalFieldOverflow, psycopg.errors.DatetimeFieldOverflow,
+            psycopg.errors.NumericValueOutOfRange) as exc:
         raise InvalidInput(_constraint_message(exc)) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"Postgres: {_first_line(exc)}") from exc

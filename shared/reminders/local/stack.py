@@ -169,7 +169,7 @@ def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack
     with db.connect(url) as conn:
         migrate.apply(conn)
     moto_port, receiver_port = free_port(), free_port()
-    moto = _spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(moto_port)],
+    moto = _spawn([sys.executable, "-m", "reminders.local.moto_server", "--port", str(moto_port)],
                   root / "moto.log")
     endpoint = f"http://127.0.0.1:{moto_port}"
     secret = new_secret()

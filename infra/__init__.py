@@ -1,0 +1,1 @@
+"""AWS CDK app that deploys the reminders service."""

@@ -1,0 +1,271 @@
+"""The four Lambda functions, built from one code asset and one dependency layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.constructs.database import Database
+from infra.constructs.network import Network
+from infra.constructs.queues import Queues
+from infra.layer import STAMP_NAME, build_layer, stage_code
+from infra.nag import acknowledge
+from infra.settings import Settings, retention_days
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+ARCHITECTURE = lambda_.Architecture.ARM_64
+SERVICE_NAME = "reminders"
+METRICS_NAMESPACE = "Reminders"
+
+# What Lambda needs to attach a function to the VPC. These EC2 actions do not support
+# resource-level permissions, so they are granted on "*" (as in the AWS managed policy).
+ENI_ACTIONS = [
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+]
+
+
+@dataclass(frozen=True)
+class FunctionDefaults:
+    """What every reminders function shares; ``create`` adds only what differs."""
+
+    scope: Construct
+    settings: Settings
+    code: lambda_.Code
+    layer: lambda_.ILayerVersion
+    vpc: ec2.IVpc
+    security_group: ec2.ISecurityGroup
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def create(
+        self,
+        name: str,
+        *,
+        description: str,
+        timeout_seconds: int,
+        subnets: ec2.SubnetSelection,
+        memory_mib: int = 256,
+        reserved_concurrency: int | None = None,
+        async_retry_attempts: int | None = None,
+        async_max_event_age: Duration | None = None,
+    ) -> lambda_.Function:
+        construct_id = name.capitalize()
+        log_group = logs.LogGroup(
+            self.scope,
+            f"{construct_id}Logs",
+            retention=retention_days(self.settings.log_retention_days),
+        )
+        role = iam.Role(
+            self.scope,
+            f"{construct_id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Execution role of the reminders {name} function",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="WriteOwnLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(sid="AttachToVpc", actions=ENI_ACTIONS, resources=["*"])
+        )
+        function = lambda_.Function(
+            self.scope,
+            construct_id,
+            description=description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            code=self.code,
+            handler=f"functions.{name}.handler.handler",
+            layers=[self.layer],
+            role=role,
+            memory_size=memory_mib,
+            timeout=Duration.seconds(timeout_seconds),
+            environment=self.environment,
+            vpc=self.vpc,
+            vpc_subnets=subnets,
+            security_groups=[self.security_group],
+            tracing=lambda_.Tracing.ACTIVE,
+            logging_format=lambda_.LoggingFormat.JSON,
+            log_group=log_group,
+            reserved_concurrent_executions=reserved_concurrency,
+            retry_attempts=async_retry_attempts,
+            max_event_age=async_max_event_age,
+        )
+        return function
+
+
+class Functions(Construct):
+    """scanner, consumer, redrive and migrate, each with only the grants it uses."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        network: Network,
+        database: Database,
+        queues: Queues,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.layer = lambda_.LayerVersion(
+            self,
+            "Dependencies",
+            code=lambda_.Code.from_asset(str(build_layer()), exclude=[STAMP_NAME]),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description="psycopg (binary), tzdata, python-dateutil, Powertools for Python 3.13",
+        )
+        defaults = FunctionDefaults(
+            scope=self,
+            settings=settings,
+            code=lambda_.Code.from_asset(str(stage_code())),
+            layer=self.layer,
+            vpc=network.vpc,
+            security_group=network.function_security_group,
+            environment=environment(settings, database, queues),
+        )
+
+        self.scanner = defaults.create(
+            "scanner",
+            description="Leases due deliveries and publishes their ids to the deliveries queue",
+            timeout_seconds=settings.scanner_timeout_seconds,
+            subnets=network.private_subnets,
+            reserved_concurrency=settings.scanner_reserved_concurrency,
+            # A failed tick is not retried: the next tick a minute later picks up the work.
+            async_retry_attempts=0,
+            async_max_event_age=Duration.seconds(60),
+        )
+        self.consumer = defaults.create(
+            "consumer",
+            description="Re-checks each leased delivery and sends it through its channel",
+            timeout_seconds=settings.consumer_timeout_seconds,
+            subnets=network.consumer_subnets,
+        )
+        self.redrive = defaults.create(
+            "redrive",
+            description="Settles dead-lettered deliveries through Postgres or parks them",
+            timeout_seconds=settings.redrive_timeout_seconds,
+            subnets=network.private_subnets,
+        )
+        self.migrate = defaults.create(
+            "migrate",
+            description="Applies database migrations during deployment",
+            timeout_seconds=settings.migrate_timeout_seconds,
+            subnets=network.private_subnets,
+        )
+        self.all = {
+            "scanner": self.scanner,
+            "consumer": self.consumer,
+            "redrive": self.redrive,
+            "migrate": self.migrate,
+        }
+
+        for function in self.all.values():
+            database.secret.grant_read(function)
+        queues.deliveries.grant_send_messages(self.scanner)
+        queues.parking.grant_send_messages(self.redrive)
+
+        self.consumer.add_event_source(
+            sources.SqsEventSource(
+                queues.deliveries,
+                batch_size=settings.consumer_batch_size,
+                max_batching_window=_window(settings.consumer_batching_window_seconds),
+                report_batch_item_failures=True,
+                max_concurrency=settings.consumer_max_concurrency,
+            )
+        )
+        self.redrive.add_event_source(
+            sources.SqsEventSource(
+                queues.dead_letter,
+                batch_size=settings.redrive_batch_size,
+                max_batching_window=_window(settings.redrive_batching_window_seconds),
+                report_batch_item_failures=True,
+                max_concurrency=settings.redrive_max_concurrency,
+            )
+        )
+
+        self.consumer.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="SendEmailFromIdentity",
+                actions=["ses:SendEmail", "ses:SendRawEmail"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="ses",
+                        resource="identity",
+                        resource_name=settings.ses_identity,
+                    )
+                ],
+            )
+        )
+        self.consumer.add_to_role_policy(
+            iam.PolicyStatement(sid="PublishSms", actions=["sns:Publish"], resources=["*"])
+        )
+
+        for name, function in self.all.items():
+            _acknowledge_role_wildcards(name, function)
+
+
+def environment(settings: Settings, database: Database, queues: Queues) -> dict[str, str]:
+    """The settings every function reads at cold start (the same set for all four)."""
+    return {
+        "REMINDERS_DB_HOST": database.endpoint,
+        "REMINDERS_DB_NAME": database.name,
+        "REMINDERS_DB_SECRET_ARN": database.secret.secret_arn,
+        "REMINDERS_DB_SSLMODE": "verify-full",
+        # RDS Proxy pins sessions that use prepared statements; psycopg must not prepare.
+        "REMINDERS_DB_PREPARE": "off",
+        "REMINDERS_QUEUE_URL": queues.deliveries.queue_url,
+        "REMINDERS_DLQ_URL": queues.dead_letter.queue_url,
+        "REMINDERS_PARKING_QUEUE_URL": queues.parking.queue_url,
+        "REMINDERS_SCAN_BATCH": str(settings.scan_batch),
+        "REMINDERS_INFLIGHT_BUDGET": str(settings.inflight_budget),
+        "REMINDERS_LEASE_SECONDS": str(settings.lease_seconds),
+        "REMINDERS_REDRIVE_BUDGET": str(settings.redrive_budget),
+        "REMINDERS_EMAIL_SENDER": settings.email_sender,
+        "REMINDERS_WEBHOOK_ALLOW": settings.webhook_allow,
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        "LOG_LEVEL": settings.log_level,
+    }
+
+
+def _window(seconds: int) -> Duration | None:
+    return Duration.seconds(seconds) if seconds > 0 else None
+
+
+def _acknowledge_role_wildcards(name: str, function: lambda_.Function) -> None:
+    role = function.role
+    assert role is not None
+    reasons = [
+        "EC2 network-interface actions (attaching the function to the VPC) and X-Ray "
+        "PutTraceSegments/PutTelemetryRecords (active tracing) do not support resource-level "
+        "permissions, so AWS requires Resource '*' for them"
+    ]
+    if name == "consumer":
+        reasons.append(
+            "sns:Publish to a phone number (SMS) has no resource ARN to name, so the SMS "
+            "channel needs Resource '*'; the action is still limited to sns:Publish"
+        )
+    acknowledge(role, "AwsSolutions-IAM5", "; ".join(reasons) + ".", "Resource::*")
+    acknowledge(
+        function,
+        "AwsSolutions-L1",
+        "Pinned to python3.13 on purpose: the dependency layer's compiled wheels "
+        "(psycopg_binary, cp313 aarch64) are built for exactly this runtime. Moving to a newer "
+        "runtime changes RUNTIME and the layer's PYTHON_VERSION together, with a rebuild.",
+    )

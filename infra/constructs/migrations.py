@@ -1,0 +1,71 @@
+"""Runs the migrate function on every deploy whose SQL changed, before the schedule starts."""
+
+from __future__ import annotations
+
+from aws_cdk import CfnElement, CustomResource, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
+from constructs import Construct, IDependable
+
+from infra.layer import migrations_fingerprint
+from infra.nag import acknowledge
+from infra.settings import Settings, retention_days
+
+
+def _logical_id(function: lambda_.IFunction) -> str:
+    default_child = function.node.default_child
+    assert isinstance(default_child, CfnElement)
+    return str(Stack.of(function).resolve(default_child.logical_id))
+
+
+class Migrations(Construct):
+    """A custom resource backed by the Provider framework.
+
+    The migrate function receives the CloudFormation request type in ``event["RequestType"]``
+    and returns ``{"PhysicalResourceId": ...}``; raising fails the deploy and rolls it back.
+    The framework function (outside the VPC) answers CloudFormation, so the migrate function
+    needs no route to S3.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        migrate: lambda_.IFunction,
+        after: IDependable,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=migrate,
+            log_group=logs.LogGroup(
+                self, "ProviderLogs", retention=retention_days(settings.log_retention_days)
+            ),
+        )
+        self.resource = CustomResource(
+            self,
+            "Apply",
+            service_token=self.provider.service_token,
+            resource_type="Custom::RemindersMigrations",
+            properties={"Fingerprint": migrations_fingerprint()},
+        )
+        # Wait until the proxy and its target group exist: migrate connects through them.
+        self.resource.node.add_dependency(after)
+        acknowledge(
+            self.provider,
+            "AwsSolutions-IAM4",
+            "The Provider framework's own function uses the AWS managed basic execution policy "
+            "(CloudWatch Logs only); CDK creates it and it holds no application permissions.",
+            "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        )
+        acknowledge(
+            self.provider,
+            "AwsSolutions-IAM5",
+            "The framework may invoke only the migrate function; the ':*' suffix covers that "
+            "function's versions and aliases, nothing else.",
+            f"Resource::<{_logical_id(migrate)}.Arn>:*",
+        )

@@ -1,0 +1,326 @@
+"""Alarms to an SNS topic, and one dashboard with the same signals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.constructs.functions import METRICS_NAMESPACE, SERVICE_NAME
+from infra.constructs.queues import Queues
+from infra.settings import Settings
+
+ONE_MINUTE = Duration.minutes(1)
+FIVE_MINUTES = Duration.minutes(5)
+
+
+@dataclass(frozen=True)
+class AlarmSpec:
+    """One alarm: its metric, when it fires, and what the operator does first."""
+
+    name: str
+    metric: cw.Metric
+    threshold: float
+    comparison: cw.ComparisonOperator
+    evaluation_periods: int
+    description: str
+    missing: cw.TreatMissingData = cw.TreatMissingData.NOT_BREACHING
+    datapoints_to_alarm: int | None = None
+    enabled: bool = True
+
+
+class Monitoring(Construct):
+    """Every alarm notifies one topic; subscribers come from ``alarmEmails``."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: Settings,
+        queues: Queues,
+        schedule_dead_letter: sqs.IQueue,
+        functions: dict[str, lambda_.IFunction],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description="Encrypts the reminders alarm topic",
+            enable_key_rotation=True,
+        )
+        # CloudWatch alarms publish to an encrypted topic only with a key they may use.
+        key.grant(
+            iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
+        )
+        self.topic = sns.Topic(
+            self, "AlarmTopic", display_name="Reminders alarms", master_key=key, enforce_ssl=True
+        )
+        for address in settings.alarm_emails:
+            self.topic.add_subscription(subscriptions.EmailSubscription(address))
+
+        scanner = functions["scanner"]
+        specs = [
+            *_queue_alarms(settings, queues, schedule_dead_letter),
+            AlarmSpec(
+                name="OldestOverdueDelivery",
+                metric=cw.Metric(
+                    namespace=METRICS_NAMESPACE,
+                    metric_name="OldestOverdueSeconds",
+                    dimensions_map={"service": SERVICE_NAME},
+                    statistic=cw.Stats.MAXIMUM,
+                    period=ONE_MINUTE,
+                ),
+                threshold=settings.overdue_alarm_seconds,
+                comparison=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                evaluation_periods=3,
+                missing=cw.TreatMissingData.BREACHING,
+                enabled=settings.scanner_enabled,
+                description=(
+                    "A due delivery has waited longer than "
+                    f"{settings.overdue_alarm_seconds}s past its time (or the scanner stopped "
+                    "reporting, which counts as breaching). First: check the scanner's errors "
+                    "and logs, then the deliveries queue age and consumer errors; in Postgres, "
+                    "list the oldest due rows and their state."
+                ),
+            ),
+            AlarmSpec(
+                name="ScannerSilent",
+                metric=scanner.metric_invocations(statistic=cw.Stats.SUM, period=FIVE_MINUTES),
+                threshold=1,
+                comparison=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+                evaluation_periods=1,
+                missing=cw.TreatMissingData.BREACHING,
+                enabled=settings.scanner_enabled,
+                description=(
+                    "The scanner was not invoked for 5 minutes, so nothing new is being "
+                    "delivered. First: check the schedule rule is enabled, the scanner's "
+                    "throttles and the schedule's invocation dead-letter queue."
+                ),
+            ),
+        ]
+        for name, function in functions.items():
+            specs += _function_alarms(name.capitalize(), function)
+
+        self.alarms: dict[str, cw.Alarm] = {}
+        action = cw_actions.SnsAction(self.topic)
+        for spec in specs:
+            alarm = cw.Alarm(
+                self,
+                spec.name,
+                metric=spec.metric,
+                threshold=spec.threshold,
+                comparison_operator=spec.comparison,
+                evaluation_periods=spec.evaluation_periods,
+                datapoints_to_alarm=spec.datapoints_to_alarm,
+                treat_missing_data=spec.missing,
+                alarm_description=spec.description,
+                actions_enabled=spec.enabled,
+            )
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+            self.alarms[spec.name] = alarm
+
+        self.dashboard = _dashboard(self, queues, schedule_dead_letter, specs, self.alarms)
+
+
+def _queue_alarms(
+    settings: Settings, queues: Queues, schedule_dead_letter: sqs.IQueue
+) -> list[AlarmSpec]:
+    def age(queue: sqs.IQueue) -> cw.Metric:
+        return queue.metric_approximate_age_of_oldest_message(
+            statistic=cw.Stats.MAXIMUM, period=ONE_MINUTE
+        )
+
+    def visible(queue: sqs.IQueue) -> cw.Metric:
+        return queue.metric_approximate_number_of_messages_visible(
+            statistic=cw.Stats.MAXIMUM, period=ONE_MINUTE
+        )
+
+    at_least = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+    return [
+        AlarmSpec(
+            name="DeliveriesQueueAge",
+            metric=age(queues.deliveries),
+            threshold=settings.queue_age_alarm_seconds,
+            comparison=at_least,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+            description=(
+                f"A message has waited over {settings.queue_age_alarm_seconds}s on the "
+                "deliveries queue: the consumer is failing, throttled or capped by its maximum "
+                "concurrency. First: check consumer Errors/Throttles and logs, then RDS Proxy "
+                "connections and channel (webhook/SES/SNS) errors."
+            ),
+        ),
+        AlarmSpec(
+            name="DeadLetterQueueAge",
+            metric=age(queues.dead_letter),
+            threshold=settings.dlq_age_alarm_seconds,
+            comparison=at_least,
+            evaluation_periods=5,
+            datapoints_to_alarm=3,
+            description=(
+                f"A dead-lettered message has waited over {settings.dlq_age_alarm_seconds}s: "
+                "the redrive function is not draining the DLQ. First: check redrive "
+                "Errors/Throttles and logs; do not purge the queue (see the DLQ runbook)."
+            ),
+        ),
+        AlarmSpec(
+            name="ParkingQueueAge",
+            metric=age(queues.parking),
+            threshold=settings.parking_age_alarm_seconds,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                "A parked message is getting old; the parking queue keeps messages 14 days "
+                "(counted from the first enqueue for ones that moved there by receive count). "
+                "First: read it and the redrive logs for its reason, fix the cause, then "
+                "redrive it to its source (the DLQ) from the SQS console (see the DLQ runbook)."
+            ),
+        ),
+        AlarmSpec(
+            name="DeadLetterQueueNotEmpty",
+            metric=visible(queues.dead_letter),
+            threshold=1,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                "A delivery failed maxReceiveCount times and reached the dead-letter queue. "
+                "The redrive function handles it on its own. First: read the consumer logs for "
+                "that delivery id to learn why it failed."
+            ),
+        ),
+        AlarmSpec(
+            name="ParkingQueueNotEmpty",
+            metric=visible(queues.parking),
+            threshold=1,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                "The redrive function could not settle a delivery and parked it for an "
+                "operator. First: read the message and the redrive logs for its reason, then "
+                "follow the DLQ runbook (console redrive is safe: every send re-checks the row)."
+            ),
+        ),
+        AlarmSpec(
+            name="ScheduleDeadLetterNotEmpty",
+            metric=visible(schedule_dead_letter),
+            threshold=1,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                "EventBridge could not invoke the scanner (throttled or denied) and dropped a "
+                "tick into its dead-letter queue. First: check scanner Throttles and its "
+                "reserved concurrency; the messages can be purged, the next tick redoes the work."
+            ),
+        ),
+    ]
+
+
+def _function_alarms(label: str, function: lambda_.IFunction) -> list[AlarmSpec]:
+    at_least = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+    return [
+        AlarmSpec(
+            name=f"{label}Errors",
+            metric=function.metric_errors(statistic=cw.Stats.SUM, period=FIVE_MINUTES),
+            threshold=1,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                f"The {label.lower()} function raised or timed out. First: open its log group, "
+                "filter on level ERROR, and read the structured error; check database and "
+                "proxy health if errors mention connections."
+            ),
+        ),
+        AlarmSpec(
+            name=f"{label}Throttles",
+            metric=function.metric_throttles(statistic=cw.Stats.SUM, period=FIVE_MINUTES),
+            threshold=1,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                f"The {label.lower()} function was throttled. First: check the account's "
+                "concurrent executions and this function's reserved or maximum concurrency "
+                "(derived from dbConnectionBudget)."
+            ),
+        ),
+    ]
+
+
+def _dashboard(
+    scope: Construct,
+    queues: Queues,
+    schedule_dead_letter: sqs.IQueue,
+    specs: list[AlarmSpec],
+    alarms: dict[str, cw.Alarm],
+) -> cw.Dashboard:
+    dashboard = cw.Dashboard(scope, "Dashboard")
+    named_queues = {
+        "deliveries": queues.deliveries,
+        "dead-letter": queues.dead_letter,
+        "parking": queues.parking,
+        "schedule DLQ": schedule_dead_letter,
+    }
+    dashboard.add_widgets(
+        cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms.values()), width=24, height=4)
+    )
+    dashboard.add_widgets(
+        cw.GraphWidget(
+            title="Oldest message age (s)",
+            left=[
+                q.metric_approximate_age_of_oldest_message(
+                    statistic=cw.Stats.MAXIMUM, period=ONE_MINUTE, label=label
+                )
+                for label, q in named_queues.items()
+            ],
+            width=12,
+        ),
+        cw.GraphWidget(
+            title="Messages visible",
+            left=[
+                q.metric_approximate_number_of_messages_visible(
+                    statistic=cw.Stats.MAXIMUM, period=ONE_MINUTE, label=label
+                )
+                for label, q in named_queues.items()
+            ],
+            width=12,
+        ),
+    )
+    by_name = {spec.name: spec for spec in specs}
+    dashboard.add_widgets(
+        cw.GraphWidget(
+            title="Oldest overdue delivery (s)",
+            left=[by_name["OldestOverdueDelivery"].metric],
+            width=8,
+        ),
+        cw.GraphWidget(
+            title="Scanner invocations",
+            left=[by_name["ScannerSilent"].metric],
+            width=8,
+        ),
+        cw.GraphWidget(
+            title="Function errors and throttles",
+            left=[
+                spec.metric.with_(label=name)
+                for name, spec in by_name.items()
+                if name.endswith("Errors")
+            ],
+            right=[
+                spec.metric.with_(label=name)
+                for name, spec in by_name.items()
+                if name.endswith("Throttles")
+            ],
+            width=8,
+        ),
+    )
+    return dashboard

@@ -1,0 +1,123 @@
+"""Build the dependency layer and stage the function code, without Docker.
+
+The layer holds third-party packages compiled for Lambda (Python 3.13, arm64), fetched as
+binary wheels from PyPI by ``pip --platform``. The code asset holds ``functions/`` and the
+``reminders`` package side by side, so both import from ``/var/task``.
+
+``python -m infra.layer`` (``make layer``) builds the layer; synth reuses ``build/layer`` when
+its stamp matches the requirements below and builds it otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = REPO_ROOT / "build"
+LAYER_DIR = BUILD_DIR / "layer"
+CODE_DIR = BUILD_DIR / "lambda-code"
+
+PYTHON_VERSION = "3.13"
+PLATFORM = "manylinux2014_aarch64"
+LAYER_REQUIREMENTS: tuple[str, ...] = (
+    "psycopg[binary]>=3.2,<3.4",
+    "tzdata",
+    "python-dateutil",
+    "aws-lambda-powertools[tracer]>=3.0,<4",
+)
+# The Lambda Python runtime ships boto3/botocore/s3transfer; a second botocore pulled in by
+# aws-xray-sdk would shadow the runtime's and could mismatch its boto3, so it is removed.
+RUNTIME_PROVIDED: tuple[str, ...] = ("boto3", "botocore", "s3transfer")
+STAMP_NAME = ".requirements-stamp"
+CODE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
+
+
+def _stamp() -> str:
+    text = "\n".join((PLATFORM, PYTHON_VERSION, *LAYER_REQUIREMENTS, *RUNTIME_PROVIDED))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def layer_is_current(target: Path = LAYER_DIR) -> bool:
+    stamp = target / STAMP_NAME
+    return stamp.is_file() and stamp.read_text().strip() == _stamp()
+
+
+def pip_command(site_packages: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--platform",
+        PLATFORM,
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--target",
+        str(site_packages),
+        *LAYER_REQUIREMENTS,
+    ]
+
+
+def _remove_runtime_provided(site_packages: Path) -> None:
+    for name in RUNTIME_PROVIDED:
+        for path in (site_packages / name, *site_packages.glob(f"{name}-*.dist-info")):
+            if path.is_dir():
+                shutil.rmtree(path)
+    # Console scripts are of no use in a layer.
+    shutil.rmtree(site_packages / "bin", ignore_errors=True)
+
+
+def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:
+    """Install the layer's packages into ``target/python`` and return ``target``."""
+    if not force and layer_is_current(target):
+        return target
+    if target.exists():
+        shutil.rmtree(target)
+    site_packages = target / "python"
+    site_packages.mkdir(parents=True)
+    subprocess.run(pip_command(site_packages), check=True)
+    _remove_runtime_provided(site_packages)
+    for cache in site_packages.rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    (target / STAMP_NAME).write_text(_stamp() + "\n")
+    return target
+
+
+def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
+    """Copy ``functions/`` and ``shared/reminders`` into one fresh directory."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    shutil.copytree(source / "functions", target / "functions", ignore=CODE_IGNORE)
+    shutil.copytree(source / "shared" / "reminders", target / "reminders", ignore=CODE_IGNORE)
+    return target
+
+
+def migrations_fingerprint(source: Path = REPO_ROOT) -> str:
+    """A hash of the SQL the migrate function applies, so a change re-runs it on deploy."""
+    digest = hashlib.sha256()
+    sql_root = source / "shared" / "reminders" / "db"
+    for path in sorted(sql_root.rglob("*.sql")):
+        digest.update(path.relative_to(sql_root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def main() -> None:
+    force = "--force" in sys.argv[1:]
+    print(build_layer(force=force))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The reminders stack: composes one construct per concern and exports what operators need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Environment, Fn, Stack
+from constructs import Construct
+
+from infra.constructs.database import Database
+from infra.constructs.functions import Functions
+from infra.constructs.migrations import Migrations
+from infra.constructs.monitoring import Monitoring
+from infra.constructs.network import Network
+from infra.constructs.queues import Queues
+from infra.constructs.schedule import Schedule
+from infra.settings import Settings
+
+
+class RemindersStack(Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, **kwargs: Any
+    ) -> None:
+        super().__init__(
+            scope,
+            construct_id,
+            env=Environment(account=settings.account, region=settings.region),
+            description="Reminders: scheduled deliveries over Postgres, SQS and Lambda",
+            **kwargs,
+        )
+        self.settings = settings
+        self.network = Network(self, "Network", settings=settings)
+        self.database = Database(self, "Database", settings=settings, network=self.network)
+        self.queues = Queues(self, "Queues", settings=settings)
+        self.functions = Functions(
+            self,
+            "Functions",
+            settings=settings,
+            network=self.network,
+            database=self.database,
+            queues=self.queues,
+        )
+        self.migrations = Migrations(
+            self,
+            "Migrations",
+            settings=settings,
+            migrate=self.functions.migrate,
+            after=self.database.proxy,
+        )
+        self.schedule = Schedule(
+            self,
+            "Schedule",
+            settings=settings,
+            scanner=self.functions.scanner,
+            after=self.migrations.resource,
+        )
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            settings=settings,
+            queues=self.queues,
+            schedule_dead_letter=self.schedule.dead_letter,
+            functions=dict(self.functions.all),
+        )
+        self._outputs()
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """From context, so synth never looks them up."""
+        return self.settings.azs
+
+    def _outputs(self) -> None:
+        queues = {
+            "Deliveries": self.queues.deliveries,
+            "DeadLetter": self.queues.dead_letter,
+            "Parking": self.queues.parking,
+        }
+        for name, queue in queues.items():
+            CfnOutput(self, f"{name}QueueUrl", value=queue.queue_url)
+            CfnOutput(self, f"{name}QueueArn", value=queue.queue_arn)
+        CfnOutput(self, "ProxyEndpoint", value=self.database.endpoint)
+        CfnOutput(self, "DatabaseSecretArn", value=self.database.secret.secret_arn)
+        CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
+        CfnOutput(
+            self,
+            "DashboardUrl",
+            value=Fn.join(
+                "",
+                [
+                    f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region=",
+                    self.region,
+                    "#dashboards:name=",
+                    self.monitoring.dashboard.dashboard_name,
+                ],
+            ),
+        )

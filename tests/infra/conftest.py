@@ -1,0 +1,45 @@
+"""Synthesize each stack variant once per session; every test reads the same template."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from infra.layer import build_layer
+from tests.infra.synth import Synthesized, synthesize
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+
+# A deployment with every switch flipped away from its default.
+SWITCHED_CONTEXT: dict[str, object] = {
+    "scannerEnabled": "false",
+    "webhookEgress": "false",
+    "dbMultiAz": "false",
+    "dbDeletionProtection": "false",
+    "dbConnectionBudget": "20",
+    "dbBackupRetentionDays": "14",
+    "alarmEmails": "ops@example.com,oncall@example.com",
+    "consumerBatchSize": "25",
+    "consumerBatchingWindowSeconds": "5",
+    "consumerTimeoutSeconds": "45",
+    "maxReceiveCount": "8",
+    "availabilityZones": "eu-west-1a,eu-west-1b,eu-west-1c",
+}
+
+
+@pytest.fixture(scope="session")
+def layer_dir() -> Path:
+    """Built afresh once per session (PyPI only), then used by every synth below."""
+    return build_layer(force=True)
+
+
+@pytest.fixture(scope="session")
+def default(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(None, tmp_path_factory.mktemp("cdk-default"))
+
+
+@pytest.fixture(scope="session")
+def switched(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(SWITCHED_CONTEXT, tmp_path_factory.mktemp("cdk-switched"))

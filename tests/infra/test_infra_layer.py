@@ -1,0 +1,80 @@
+"""The dependency layer is built for Lambda's arm64 Python 3.13, and the code asset is staged."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+from infra.layer import RUNTIME_PROVIDED, layer_is_current, stage_code
+from tests.infra.synth import Synthesized
+
+ELF_MACHINE_AARCH64 = 183
+WHEEL_TAG = re.compile(
+    r"^cp313-cp313-manylinux[0-9_]*_aarch64$|^cp313-cp313-manylinux2014_aarch64$"
+)
+
+
+def _wheel_tags(dist_info: Path) -> list[str]:
+    lines = (dist_info / "WHEEL").read_text().splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:")]
+
+
+def test_psycopg_binary_wheel_is_for_manylinux_aarch64_cp313(layer_dir: Path) -> None:
+    site_packages = layer_dir / "python"
+    (dist_info,) = site_packages.glob("psycopg_binary-*.dist-info")
+    tags = _wheel_tags(dist_info)
+    assert tags
+    assert all(WHEEL_TAG.match(tag) for tag in tags), tags
+
+
+def test_psycopg_binary_extensions_are_arm64_elf(layer_dir: Path) -> None:
+    libraries = list((layer_dir / "python" / "psycopg_binary").rglob("*.so"))
+    assert libraries
+    for library in libraries:
+        header = library.read_bytes()[:20]
+        assert header[:4] == b"\x7fELF"
+        (machine,) = struct.unpack("<H", header[18:20])
+        assert machine == ELF_MACHINE_AARCH64, library
+
+
+def test_layer_holds_the_packages_the_functions_import(layer_dir: Path) -> None:
+    site_packages = layer_dir / "python"
+    for package in ("psycopg", "psycopg_binary", "tzdata", "dateutil", "aws_lambda_powertools"):
+        assert (site_packages / package).is_dir(), package
+    for package in RUNTIME_PROVIDED:
+        assert not (site_packages / package).exists(), package
+    assert not list(site_packages.rglob("__pycache__"))
+    assert layer_is_current(layer_dir)
+
+
+def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -> None:
+    source = tmp_path / "repo"
+    (source / "functions" / "scanner" / "__pycache__").mkdir(parents=True)
+    (source / "functions" / "scanner" / "handler.py").write_text("def handler(e, c): ...\n")
+    (source / "functions" / "scanner" / "__pycache__" / "handler.cpython-313.pyc").write_bytes(b"")
+    (source / "shared" / "reminders" / "db").mkdir(parents=True)
+    (source / "shared" / "reminders" / "__init__.py").write_text("")
+    (source / "shared" / "reminders" / "db" / "queries.sql").write_text("-- name: x\n")
+    (source / "shared" / "reminders" / "stale.pyc").write_bytes(b"")
+
+    staged = stage_code(tmp_path / "out", source)
+
+    files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
+    assert files == [
+        "functions/scanner/handler.py",
+        "reminders/__init__.py",
+        "reminders/db/queries.sql",
+    ]
+
+
+def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synthesized) -> None:
+    functions = [
+        default.function(name)[1]["Properties"]
+        for name in ("scanner", "consumer", "redrive", "migrate")
+    ]
+    assert len({str(f["Code"]) for f in functions}) == 1
+    assert len({str(f["Layers"]) for f in functions}) == 1
+    (layer,) = default.resources("AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]

@@ -1,0 +1,495 @@
+"""Rules the issue sets for the stack, each read back from the synthesized template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from tests.infra.synth import Synthesized
+
+FUNCTIONS = ("scanner", "consumer", "redrive", "migrate")
+REQUIRED_ENVIRONMENT = {
+    "REMINDERS_DB_HOST",
+    "REMINDERS_DB_NAME",
+    "REMINDERS_DB_SECRET_ARN",
+    "REMINDERS_DB_SSLMODE",
+    "REMINDERS_DB_PREPARE",
+    "REMINDERS_QUEUE_URL",
+    "REMINDERS_DLQ_URL",
+    "REMINDERS_PARKING_QUEUE_URL",
+    "REMINDERS_SCAN_BATCH",
+    "REMINDERS_INFLIGHT_BUDGET",
+    "REMINDERS_LEASE_SECONDS",
+    "REMINDERS_REDRIVE_BUDGET",
+    "REMINDERS_EMAIL_SENDER",
+    "REMINDERS_WEBHOOK_ALLOW",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "LOG_LEVEL",
+}
+DAY = 24 * 3600
+
+
+def _queue_by_ref(synth: Synthesized, ref: dict[str, Any]) -> dict[str, Any]:
+    logical_id = ref["Fn::GetAtt"][0] if "Fn::GetAtt" in ref else ref["Ref"]
+    resource = synth.json["Resources"][logical_id]
+    assert resource["Type"] == "AWS::SQS::Queue"
+    return resource["Properties"]  # type: ignore[no-any-return]
+
+
+def _queue_from_output(synth: Synthesized, output: str) -> tuple[str, dict[str, Any]]:
+    logical_id = synth.json["Outputs"][output]["Value"]["Fn::GetAtt"][0]
+    return logical_id, _queue_by_ref(synth, {"Ref": logical_id})
+
+
+def _deliveries_queue(synth: Synthesized) -> tuple[str, dict[str, Any]]:
+    return _queue_from_output(synth, "DeliveriesQueueArn")
+
+
+def _mapping_for(synth: Synthesized, function: str) -> dict[str, Any]:
+    function_id, _ = synth.function(function)
+    for mapping in synth.resources("AWS::Lambda::EventSourceMapping").values():
+        if mapping["Properties"]["FunctionName"] == {"Ref": function_id}:
+            return mapping["Properties"]  # type: ignore[no-any-return]
+    raise AssertionError(f"no event source mapping for {function}")
+
+
+# --- queues -----------------------------------------------------------------------------
+
+
+def test_visibility_timeout_is_six_times_the_consumer_timeout(default: Synthesized) -> None:
+    _, consumer = default.function("consumer")
+    _, deliveries = _deliveries_queue(default)
+    assert deliveries["VisibilityTimeout"] >= 6 * consumer["Properties"]["Timeout"]
+
+
+def test_visibility_follows_a_changed_consumer_timeout(switched: Synthesized) -> None:
+    _, consumer = switched.function("consumer")
+    _, deliveries = _deliveries_queue(switched)
+    assert consumer["Properties"]["Timeout"] == 45
+    assert deliveries["VisibilityTimeout"] == 6 * 45
+
+
+def test_dead_letter_queue_receives_after_at_least_five_receives(default: Synthesized) -> None:
+    _, deliveries = _deliveries_queue(default)
+    assert deliveries["RedrivePolicy"]["maxReceiveCount"] >= 5
+    assert deliveries["RedrivePolicy"]["maxReceiveCount"] == 5
+
+
+def test_max_receive_count_comes_from_context(switched: Synthesized) -> None:
+    _, deliveries = _deliveries_queue(switched)
+    assert deliveries["RedrivePolicy"]["maxReceiveCount"] == 8
+
+
+def test_retention_dead_letter_outlives_its_source(default: Synthesized) -> None:
+    _, deliveries = _deliveries_queue(default)
+    dead_letter = _queue_by_ref(default, deliveries["RedrivePolicy"]["deadLetterTargetArn"])
+    assert deliveries["MessageRetentionPeriod"] == 4 * DAY
+    assert dead_letter["MessageRetentionPeriod"] == 14 * DAY
+    assert dead_letter["MessageRetentionPeriod"] > deliveries["MessageRetentionPeriod"]
+
+
+def test_dead_letter_queue_parks_what_redrive_keeps_failing_on(default: Synthesized) -> None:
+    _, deliveries = _deliveries_queue(default)
+    dead_letter_id, dead_letter = _queue_from_output(default, "DeadLetterQueueArn")
+    parking_id, parking = _queue_from_output(default, "ParkingQueueArn")
+    assert deliveries["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": [dead_letter_id, "Arn"]
+    }
+    # Parking is the DLQ's DLQ, which is what enables console "redrive to source" from it.
+    assert dead_letter["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": [parking_id, "Arn"]
+    }
+    assert dead_letter["RedrivePolicy"]["maxReceiveCount"] >= 5
+    assert "RedrivePolicy" not in parking
+
+
+def test_every_queue_is_encrypted_and_retains_parked_messages_14_days(
+    default: Synthesized,
+) -> None:
+    queues = default.resources("AWS::SQS::Queue")
+    assert len(queues) == 4  # deliveries, dead-letter, parking, schedule dead-letter
+    for queue in queues.values():
+        properties = queue["Properties"]
+        assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
+    parking = _queue_by_ref(default, _output_ref(default, "ParkingQueueArn"))
+    assert parking["MessageRetentionPeriod"] == 14 * DAY
+
+
+def test_every_queue_denies_requests_without_tls(default: Synthesized) -> None:
+    queue_ids = set(default.resources("AWS::SQS::Queue"))
+    protected: set[str] = set()
+    for policy in default.resources("AWS::SQS::QueuePolicy").values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        denies_plain_http = any(
+            statement["Effect"] == "Deny"
+            and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+            and statement["Principal"] == {"AWS": "*"}
+            for statement in statements
+        )
+        if denies_plain_http:
+            protected |= {ref["Ref"] for ref in policy["Properties"]["Queues"]}
+    assert protected == queue_ids
+
+
+def _output_ref(synth: Synthesized, name: str) -> dict[str, Any]:
+    return synth.json["Outputs"][name]["Value"]  # type: ignore[no-any-return]
+
+
+# --- event sources ----------------------------------------------------------------------
+
+
+def test_both_mappings_report_batch_item_failures_with_bounded_concurrency(
+    default: Synthesized,
+) -> None:
+    deliveries_id, _ = _deliveries_queue(default)
+    consumer = _mapping_for(default, "consumer")
+    redrive = _mapping_for(default, "redrive")
+    assert consumer["EventSourceArn"] == {"Fn::GetAtt": [deliveries_id, "Arn"]}
+    _, deliveries = _deliveries_queue(default)
+    assert redrive["EventSourceArn"] == deliveries["RedrivePolicy"]["deadLetterTargetArn"]
+    for mapping in (consumer, redrive):
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert mapping["ScalingConfig"]["MaximumConcurrency"] >= 2
+        assert mapping["BatchSize"] == 10
+
+
+def test_consumer_concurrency_is_derived_from_the_connection_budget(
+    default: Synthesized, switched: Synthesized
+) -> None:
+    # budget - scanner reserved (1) - redrive max (2) - migrate (1)
+    assert _mapping_for(default, "consumer")["ScalingConfig"]["MaximumConcurrency"] == 40 - 4
+    assert _mapping_for(switched, "consumer")["ScalingConfig"]["MaximumConcurrency"] == 20 - 4
+    _, scanner = default.function("scanner")
+    assert scanner["Properties"]["ReservedConcurrentExecutions"] == 1
+
+
+def test_batching_comes_from_context(default: Synthesized, switched: Synthesized) -> None:
+    assert _mapping_for(default, "consumer")["MaximumBatchingWindowInSeconds"] == 1
+    consumer = _mapping_for(switched, "consumer")
+    assert consumer["BatchSize"] == 25
+    assert consumer["MaximumBatchingWindowInSeconds"] == 5
+
+
+# --- schedule and migrations ------------------------------------------------------------
+
+
+def test_rule_ticks_every_minute_into_the_scanner_with_retries_and_a_dlq(
+    default: Synthesized,
+) -> None:
+    scanner_id, _ = default.function("scanner")
+    rules = default.resources("AWS::Events::Rule")
+    assert len(rules) == 1
+    (rule,) = rules.values()
+    properties = rule["Properties"]
+    assert properties["ScheduleExpression"] == "rate(1 minute)"
+    assert properties["State"] == "ENABLED"
+    (target,) = properties["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [scanner_id, "Arn"]}
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] >= 1
+    assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 300
+    dlq_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+    assert default.json["Resources"][dlq_id]["Type"] == "AWS::SQS::Queue"
+
+
+def test_scanner_switch_creates_the_rule_disabled(switched: Synthesized) -> None:
+    switched.template.has_resource_properties(
+        "AWS::Events::Rule", {"ScheduleExpression": "rate(1 minute)", "State": "DISABLED"}
+    )
+
+
+def test_migrations_run_through_the_migrate_function_before_the_schedule(
+    default: Synthesized,
+) -> None:
+    migrate_id, _ = default.function("migrate")
+    (migration_id, migration), *_ = default.resources("Custom::RemindersMigrations").items()
+    token = migration["Properties"]["ServiceToken"]["Fn::GetAtt"][0]
+    framework = default.json["Resources"][token]
+    variables = framework["Properties"]["Environment"]["Variables"]
+    assert variables["USER_ON_EVENT_FUNCTION_ARN"] == {"Fn::GetAtt": [migrate_id, "Arn"]}
+    (rule,) = default.resources("AWS::Events::Rule").values()
+    assert migration_id in rule["DependsOn"]
+    # and the migration waits for the proxy's target group
+    proxy_groups = default.resources("AWS::RDS::DBProxyTargetGroup")
+    assert set(proxy_groups) <= set(migration["DependsOn"])
+
+
+# --- functions --------------------------------------------------------------------------
+
+
+def test_every_function_runs_python_3_13_on_arm_with_json_logs_and_tracing(
+    default: Synthesized,
+) -> None:
+    log_groups = default.resources("AWS::Logs::LogGroup")
+    for name in FUNCTIONS:
+        _, function = default.function(name)
+        properties = function["Properties"]
+        assert properties["Runtime"] == "python3.13"
+        assert properties["Architectures"] == ["arm64"]
+        assert properties["TracingConfig"] == {"Mode": "Active"}
+        assert properties["LoggingConfig"]["LogFormat"] == "JSON"
+        log_group_id = properties["LoggingConfig"]["LogGroup"]["Ref"]
+        assert log_groups[log_group_id]["Properties"]["RetentionInDays"] == 30
+        assert "SubnetIds" in properties["VpcConfig"]
+        assert len(properties["Layers"]) == 1
+
+
+def test_timeouts_are_sized_to_the_work(default: Synthesized) -> None:
+    timeouts = {name: default.function(name)[1]["Properties"]["Timeout"] for name in FUNCTIONS}
+    assert timeouts == {"scanner": 60, "consumer": 60, "redrive": 60, "migrate": 300}
+
+
+def test_every_function_gets_the_settings_it_reads(default: Synthesized) -> None:
+    proxy_id = next(iter(default.resources("AWS::RDS::DBProxy")))
+    for name in FUNCTIONS:
+        _, function = default.function(name)
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert set(variables) >= REQUIRED_ENVIRONMENT
+        assert variables["REMINDERS_DB_HOST"] == {"Fn::GetAtt": [proxy_id, "Endpoint"]}
+        assert variables["REMINDERS_DB_SSLMODE"] == "verify-full"
+        assert variables["REMINDERS_DB_PREPARE"] == "off"
+        assert variables["POWERTOOLS_SERVICE_NAME"] == "reminders"
+        assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Reminders"
+        assert variables["REMINDERS_WEBHOOK_ALLOW"] == ""
+
+
+def test_only_the_consumer_runs_in_subnets_with_internet_egress(default: Synthesized) -> None:
+    def subnets(name: str) -> list[str]:
+        _, function = default.function(name)
+        return sorted(ref["Ref"] for ref in function["Properties"]["VpcConfig"]["SubnetIds"])
+
+    assert all("egress" in subnet for subnet in subnets("consumer"))
+    for name in ("scanner", "redrive", "migrate"):
+        assert all("isolated" in subnet for subnet in subnets(name))
+    assert len(default.resources("AWS::EC2::NatGateway")) == 1
+
+
+def test_without_webhook_egress_there_is_no_nat(switched: Synthesized) -> None:
+    assert switched.resources("AWS::EC2::NatGateway") == {}
+    assert switched.resources("AWS::EC2::InternetGateway") == {}
+    _, consumer = switched.function("consumer")
+    assert all("isolated" in ref["Ref"] for ref in consumer["Properties"]["VpcConfig"]["SubnetIds"])
+
+
+def test_interface_endpoints_for_every_aws_api_the_functions_call(default: Synthesized) -> None:
+    names = {
+        "".join(str(part) for part in endpoint["Properties"]["ServiceName"]["Fn::Join"][1])
+        if isinstance(endpoint["Properties"]["ServiceName"], dict)
+        else endpoint["Properties"]["ServiceName"]
+        for endpoint in default.resources("AWS::EC2::VPCEndpoint").values()
+    }
+    suffixes = {name.rsplit(".", 1)[-1] for name in names}
+    assert {"sqs", "secretsmanager", "monitoring", "logs", "email", "sns"} <= suffixes
+
+
+# --- database ---------------------------------------------------------------------------
+
+
+def test_database_is_private_encrypted_backed_up_and_protected(default: Synthesized) -> None:
+    default.template.has_resource_properties(
+        "AWS::RDS::DBInstance",
+        {
+            "Engine": "postgres",
+            "EngineVersion": Match.string_like_regexp(r"^17\.\d+$"),
+            "StorageEncrypted": True,
+            "PubliclyAccessible": False,
+            "BackupRetentionPeriod": 7,
+            "DeletionProtection": True,
+            "MultiAZ": True,
+        },
+    )
+
+
+def test_database_switches_come_from_context(switched: Synthesized) -> None:
+    switched.template.has_resource_properties(
+        "AWS::RDS::DBInstance",
+        {"BackupRetentionPeriod": 14, "DeletionProtection": False, "MultiAZ": False},
+    )
+
+
+def test_proxy_requires_tls_and_the_secret_rotates(default: Synthesized) -> None:
+    default.template.has_resource_properties(
+        "AWS::RDS::DBProxy", {"EngineFamily": "POSTGRESQL", "RequireTLS": True}
+    )
+    default.template.has_resource_properties(
+        "AWS::SecretsManager::RotationSchedule",
+        {"RotationRules": {"ScheduleExpression": "rate(30 days)"}},
+    )
+
+
+# --- permissions ------------------------------------------------------------------------
+
+
+def _statements(synth: Synthesized) -> list[dict[str, Any]]:
+    statements: list[dict[str, Any]] = []
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    for role in synth.resources("AWS::IAM::Role").values():
+        for inline in role["Properties"].get("Policies", []):
+            statements += inline["PolicyDocument"]["Statement"]
+    return statements
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_no_statement_allows_every_action_on_every_resource(default: Synthesized) -> None:
+    for statement in _statements(default):
+        actions = _as_list(statement.get("Action", []))
+        resources = _as_list(statement.get("Resource", []))
+        wildcard_action = any(a == "*" or str(a).endswith(":*") for a in actions)
+        assert not (wildcard_action and "*" in resources), statement
+
+
+def test_consumer_sends_email_only_from_the_configured_identity(default: Synthesized) -> None:
+    ses = [s for s in _statements(default) if "ses:SendEmail" in _as_list(s["Action"])]
+    assert len(ses) == 1
+    (resource,) = _as_list(ses[0]["Resource"])
+    assert "identity/example.com" in str(resource)
+    sms = [s for s in _statements(default) if "sns:Publish" in _as_list(s["Action"])]
+    assert [s["Resource"] for s in sms if s.get("Sid") == "PublishSms"] == ["*"]
+
+
+# --- alarms, dashboard, outputs ---------------------------------------------------------
+
+
+def _alarms(synth: Synthesized) -> list[dict[str, Any]]:
+    return [alarm["Properties"] for alarm in synth.resources("AWS::CloudWatch::Alarm").values()]
+
+
+def _dimension_ref(alarm: dict[str, Any]) -> Any:
+    return alarm["Dimensions"][0]["Value"]
+
+
+def test_queue_alarms_cover_age_and_depth(default: Synthesized) -> None:
+    deliveries_id, deliveries = _deliveries_queue(default)
+    dead_letter_id = deliveries["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    parking_id = default.json["Outputs"]["ParkingQueueArn"]["Value"]["Fn::GetAtt"][0]
+    alarms = _alarms(default)
+
+    def queue_alarms(metric: str) -> dict[str, dict[str, Any]]:
+        found = {}
+        for alarm in alarms:
+            if alarm.get("Namespace") == "AWS/SQS" and alarm["MetricName"] == metric:
+                queue_name = _dimension_ref(alarm)["Fn::GetAtt"]
+                assert queue_name[1] == "QueueName"
+                found[queue_name[0]] = alarm
+        return found
+
+    ages = queue_alarms("ApproximateAgeOfOldestMessage")
+    assert {deliveries_id, dead_letter_id, parking_id} <= set(ages)
+    assert ages[deliveries_id]["Threshold"] == 600
+    depth = queue_alarms("ApproximateNumberOfMessagesVisible")
+    for queue_id in (dead_letter_id, parking_id):
+        assert depth[queue_id]["Threshold"] == 1
+        assert depth[queue_id]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def test_oldest_overdue_alarm_reads_the_scanner_metric_and_breaches_when_missing(
+    default: Synthesized,
+) -> None:
+    (overdue,) = [a for a in _alarms(default) if a.get("MetricName") == "OldestOverdueSeconds"]
+    assert overdue["Namespace"] == "Reminders"
+    assert overdue["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
+    assert overdue["TreatMissingData"] == "breaching"
+    assert overdue["Threshold"] == 300
+    assert overdue["ActionsEnabled"] is True
+
+
+def test_scanner_silence_alarm(default: Synthesized, switched: Synthesized) -> None:
+    scanner_id, _ = default.function("scanner")
+    (silence,) = [
+        a
+        for a in _alarms(default)
+        if a.get("MetricName") == "Invocations" and _dimension_ref(a) == {"Ref": scanner_id}
+    ]
+    assert silence["Namespace"] == "AWS/Lambda"
+    assert silence["ComparisonOperator"] == "LessThanThreshold"
+    assert silence["Threshold"] == 1
+    assert silence["TreatMissingData"] == "breaching"
+    assert silence["Period"] * silence["EvaluationPeriods"] >= 180
+    # A deliberately disabled scanner does not page anyone.
+    (disabled,) = [a for a in _alarms(switched) if a.get("MetricName") == "Invocations"]
+    assert disabled["ActionsEnabled"] is False
+
+
+def test_errors_and_throttles_alarm_for_every_function(default: Synthesized) -> None:
+    for name in FUNCTIONS:
+        function_id, _ = default.function(name)
+        for metric in ("Errors", "Throttles"):
+            matching = [
+                a
+                for a in _alarms(default)
+                if a.get("Namespace") == "AWS/Lambda"
+                and a["MetricName"] == metric
+                and _dimension_ref(a) == {"Ref": function_id}
+            ]
+            assert len(matching) == 1, (name, metric)
+            assert matching[0]["Threshold"] == 1
+
+
+def test_every_alarm_notifies_the_topic_and_says_what_to_do(default: Synthesized) -> None:
+    (topic_id,) = default.resources("AWS::SNS::Topic")
+    for alarm in _alarms(default):
+        assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+        assert "First:" in alarm["AlarmDescription"]
+
+
+def test_alarm_subscribers_come_from_context(default: Synthesized, switched: Synthesized) -> None:
+    assert default.resources("AWS::SNS::Subscription") == {}
+    endpoints = {
+        s["Properties"]["Endpoint"] for s in switched.resources("AWS::SNS::Subscription").values()
+    }
+    assert endpoints == {"ops@example.com", "oncall@example.com"}
+
+
+def test_topic_is_encrypted_and_tls_only(default: Synthesized) -> None:
+    default.template.has_resource_properties(
+        "AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()}
+    )
+    default.template.has_resource_properties(
+        "AWS::SNS::TopicPolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                )
+            }
+        },
+    )
+
+
+def test_one_dashboard_and_the_outputs_operators_need(default: Synthesized) -> None:
+    default.template.resource_count_is("AWS::CloudWatch::Dashboard", 1)
+    assert {
+        "DeliveriesQueueUrl",
+        "DeliveriesQueueArn",
+        "DeadLetterQueueUrl",
+        "DeadLetterQueueArn",
+        "ParkingQueueUrl",
+        "ParkingQueueArn",
+        "ProxyEndpoint",
+        "DatabaseSecretArn",
+        "DashboardUrl",
+    } <= set(default.json["Outputs"])
+
+
+def test_synth_is_pinned_to_context_account_region_and_zones(
+    default: Synthesized, switched: Synthesized
+) -> None:
+    assert default.stack.account == "123456789012"
+    assert default.stack.region == "eu-west-1"
+    zones = {
+        subnet["Properties"]["AvailabilityZone"]
+        for subnet in switched.resources("AWS::EC2::Subnet").values()
+    }
+    assert zones == {"eu-west-1a", "eu-west-1b", "eu-west-1c"}

@@ -1,0 +1,146 @@
+"""Migrations applied to an empty database give exactly the checked-in schema.
+
+The expected schema lives in ``expected_schema.txt`` next to this file. After adding a migration,
+regenerate it with ``REMINDERS_UPDATE_SCHEMA=1 pytest tests/integration/test_migrations.py`` and
+review the diff like any other change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from reminders import db
+from reminders.db import migrate
+
+SNAPSHOT = Path(__file__).with_name("expected_schema.txt")
+UPDATE_ENV = "REMINDERS_UPDATE_SCHEMA"
+
+
+@pytest.fixture
+def empty_database(pg_server: str) -> Iterator[str]:
+    name = f"migrate_{uuid.uuid4().hex[:12]}"
+    url = db.create_database(pg_server, name)
+    yield url
+    with db.connect(pg_server) as admin:
+        admin.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))
+
+
+def render_schema(conn: db.Connection) -> str:
+    """The public schema as sorted, stable text: tables and columns (type, nullability,
+    default, identity), constraints (kind, name, definition) and indexes."""
+    lines: list[str] = []
+    tables = [r["relname"] for r in conn.execute(
+        "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'public' and c.relkind in ('r', 'p') order by c.relname")]
+    for table in tables:
+        lines.append(f"table {table}")
+        for col in conn.execute(
+                "select a.attname, format_type(a.atttypid, a.atttypmod) as type, a.attnotnull,"
+                "       pg_get_expr(d.adbin, d.adrelid) as default_expr, a.attidentity"
+                " from pg_attribute a"
+                " left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum"
+                " where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped"
+                " order by a.attnum", (f"public.{table}",)):
+            parts = [f"  column {col['attname']} {col['type']}",
+                     "not null" if col["attnotnull"] else "null"]
+            if col["attidentity"]:
+                parts.append("identity " + {"a": "always", "d": "by default"}[col["attidentity"]])
+            if col["default_expr"] is not None:
+                parts.append(f"default {col['default_expr']}")
+            lines.append(" ".join(parts))
+        for con in conn.execute(
+                "select conname, contype, pg_get_constraintdef(oid) as definition"
+                " from pg_constraint where conrelid = %s::regclass"
+                " order by contype, conname", (f"public.{table}",)):
+            kind = {"c": "check", "f": "foreign key", "p": "primary key", "u": "unique",
+                    "x": "exclude", "n": "not null"}.get(con["contype"], con["contype"])
+            if kind == "not null":
+                continue  # shown on the column
+            lines.append(f"  constraint {con['conname']} {kind}: {con['definition']}")
+        for idx in conn.execute(
+                "select indexname, indexdef from pg_indexes"
+                " where schemaname = 'public' and tablename = %s order by indexname", (table,)):
+            definition = re.sub(r"\bpublic\.", "", idx["indexdef"])
+            lines.append(f"  index {idx['indexname']}: {definition}")
+    others = conn.execute(
+        "select c.relkind, c.relname from pg_class c"
+        " join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'public' and c.relkind not in ('r', 'p', 'i', 'S')"
+        " order by c.relname").fetchall()
+    lines += [f"relation {r['relname']} kind {r['relkind']}" for r in others]
+    functions = conn.execute(
+        "select p.proname from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+        " where n.nspname = 'public' order by p.proname").fetchall()
+    lines += [f"function {r['proname']}" for r in functions]
+    return "\n".join(lines) + "\n"
+
+
+def test_migrations_are_numbered_from_one_without_gaps() -> None:
+    found = migrate.available()
+    assert [m.version for m in found] == list(range(1, len(found) + 1))
+    assert found[0].version == 1 and found[0].name == "initial"
+    for m in found:
+        assert re.fullmatch(r"[a-z0-9_]+", m.name)
+        assert m.sql.strip()
+
+
+def test_migrating_an_empty_database_gives_the_expected_schema(empty_database: str) -> None:
+    versions = [m.version for m in migrate.available()]
+    with db.connect(empty_database) as conn:
+        assert conn.execute("select count(*) as n from pg_tables where schemaname = 'public'"
+                            ).fetchone() == {"n": 0}
+        assert migrate.apply(conn) == versions
+        assert migrate.apply(conn) == []
+        recorded = [(r["version"], r["name"]) for r in conn.execute(
+            "select version, name from schema_migrations order by version")]
+        assert recorded == [(m.version, m.name) for m in migrate.available()]
+        kinds = conn.execute("select name, stale_after, max_attempts from kinds").fetchall()
+        assert kinds == [{"name": "default", "stale_after": None, "max_attempts": 8}]
+        actual = render_schema(conn)
+    if os.environ.get(UPDATE_ENV) == "1":
+        SNAPSHOT.write_text(actual)
+    assert SNAPSHOT.exists(), f"{SNAPSHOT.name} is missing; run with {UPDATE_ENV}=1 to create it"
+    expected = SNAPSHOT.read_text()
+    if actual != expected:
+        diff = "".join(difflib.unified_diff(
+            expected.splitlines(keepends=True), actual.splitlines(keepends=True),
+            fromfile=f"{SNAPSHOT.name} (expected)", tofile="migrated database (actual)"))
+        pytest.fail(f"schema differs from {SNAPSHOT.name}; if intended, rerun with "
+                    f"{UPDATE_ENV}=1 and review the change:\n{diff}", pytrace=False)
+
+
+def test_the_snapshot_render_is_deterministic(empty_database: str) -> None:
+    with db.connect(empty_database) as conn:
+        migrate.apply(conn)
+        first = render_schema(conn)
+        assert render_schema(conn) == first
+        conn.execute("alter table tenants add column note text")
+        changed = render_schema(conn)
+    assert "  column note text null" in changed.splitlines()
+    assert "  column note text null" not in first.splitlines()
+
+
+def test_a_migration_that_fails_applies_nothing(empty_database: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    real = migrate.available()
+    broken = [*real, migrate.Migration(len(real) + 1, "broken",
+                                       "create table half_done (id int); select 1/0;")]
+    monkeypatch.setattr(migrate, "available", lambda: broken)
+    with db.connect(empty_database) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            migrate.apply(conn)
+        tables = conn.execute("select count(*) as n from pg_tables where schemaname = 'public'"
+                              ).fetchone()
+        assert tables == {"n": 0}
+        monkeypatch.setattr(migrate, "available", lambda: real)
+        assert migrate.apply(conn) == [m.version for m in real]

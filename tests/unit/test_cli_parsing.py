@@ -1,0 +1,307 @@
+"""Parsing that rejects bad input with a message naming it: durations, queue bodies, settings."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+
+from reminders import config
+from reminders.cli import parse_duration
+from reminders.errors import ConfigError, InvalidInput
+from reminders.queue import LeaseMessage, parse_body
+
+TOKEN = "5f0c7a52-3a8e-4d55-9c7e-3c3b1c0f1a2b"
+
+# ---------------------------------------------------------------- durations
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("15m", timedelta(minutes=15)),
+        ("3h", timedelta(hours=3)),
+        ("2d", timedelta(days=2)),
+        ("1w", timedelta(days=7)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("1h 30m", timedelta(hours=1, minutes=30)),
+        ("  3H ", timedelta(hours=3)),
+        ("0s", timedelta(0)),
+        ("PT3H", timedelta(hours=3)),
+        ("pt45m", timedelta(minutes=45)),
+        ("PT90S", timedelta(seconds=90)),
+        ("P1DT2H", timedelta(days=1, hours=2)),
+        ("P2D", timedelta(days=2)),
+        ("P1DT2H3M4S", timedelta(days=1, hours=2, minutes=3, seconds=4)),
+    ],
+)
+def test_parse_duration(text: str, expected: timedelta) -> None:
+    assert parse_duration(text, "--stale-after") == expected
+
+
+@pytest.mark.parametrize("text", ["none", "None", "NEVER", "off"])
+def test_parse_duration_none_means_no_limit(text: str) -> None:
+    assert parse_duration(text, "--stale-after") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "soon",
+        "",
+        "   ",
+        "3",
+        "3x",
+        "-5m",
+        "1.5h",
+        "3h soon",
+        "h",
+        "P",
+        "PT",
+        "P1Y",
+        "3 hours",
+    ],
+)
+def test_parse_duration_rejects_garbage_naming_the_flag_and_the_text(text: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_duration(text, "--backoff-cap")
+    assert str(err.value) == (
+        f"--backoff-cap: not a duration: {text!r} (try 90s, 15m, 3h, 2d or PT3H)"
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["9999999999d", "P9999999999D", "PT99999999999H", "100000000000000000000s"]
+)
+def test_parse_duration_out_of_range_is_invalid_input(text: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_duration(text, "--stale-after")
+    assert str(err.value).startswith("--stale-after: ")
+    assert repr(text) in str(err.value)
+
+
+# ---------------------------------------------------------------- queue message bodies
+
+
+def test_parse_body_valid() -> None:
+    got = parse_body(json.dumps({"delivery_id": 42, "lease_token": TOKEN}))
+    assert got == LeaseMessage(42, UUID(TOKEN))
+
+
+def test_parse_body_round_trips_what_the_scanner_publishes() -> None:
+    message = LeaseMessage(7, UUID(TOKEN))
+    assert message.body() == f'{{"delivery_id":7,"lease_token":"{TOKEN}"}}'
+    assert parse_body(message.body()) == message
+
+
+def test_parse_body_ignores_extra_fields() -> None:
+    body = json.dumps({"delivery_id": 3, "lease_token": TOKEN, "state": "sent"})
+    assert parse_body(body) == LeaseMessage(3, UUID(TOKEN))
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("not json", "body is not JSON: 'not json'"),
+        ("", "body is not JSON: ''"),
+        ('{"delivery_id": 1', "body is not JSON: '{\"delivery_id\": 1'"),
+        ("[1, 2]", "body must be a JSON object, got list"),
+        ('"x"', "body must be a JSON object, got str"),
+        ("null", "body must be a JSON object, got NoneType"),
+        (json.dumps({"lease_token": TOKEN}), "delivery_id must be a positive integer, got None"),
+        (
+            json.dumps({"delivery_id": -3, "lease_token": TOKEN}),
+            "delivery_id must be a positive integer, got -3",
+        ),
+        (
+            json.dumps({"delivery_id": 0, "lease_token": TOKEN}),
+            "delivery_id must be a positive integer, got 0",
+        ),
+        (
+            json.dumps({"delivery_id": True, "lease_token": TOKEN}),
+            "delivery_id must be a positive integer, got True",
+        ),
+        (
+            json.dumps({"delivery_id": "5", "lease_token": TOKEN}),
+            "delivery_id must be a positive integer, got '5'",
+        ),
+        (
+            json.dumps({"delivery_id": 5.0, "lease_token": TOKEN}),
+            "delivery_id must be a positive integer, got 5.0",
+        ),
+        (json.dumps({"delivery_id": 5}), "lease_token must be a UUID string, got None"),
+        (
+            json.dumps({"delivery_id": 5, "lease_token": 12}),
+            "lease_token must be a UUID string, got 12",
+        ),
+        (
+            json.dumps({"delivery_id": 5, "lease_token": "nope"}),
+            "lease_token is not a UUID: 'nope'",
+        ),
+        (
+            json.dumps({"delivery_id": 5, "lease_token": TOKEN[:-1]}),
+            f"lease_token is not a UUID: {TOKEN[:-1]!r}",
+        ),
+    ],
+)
+def test_parse_body_rejects_naming_the_field(body: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_body(body)
+    assert str(err.value) == message
+
+
+def test_parse_body_quotes_at_most_80_characters_of_garbage() -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_body("x" * 500)
+    assert str(err.value) == f"body is not JSON: {'x' * 80!r}"
+
+
+# ---------------------------------------------------------------- settings
+
+BASE_ENV = {"DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/reminders"}
+QUEUES = {
+    "REMINDERS_QUEUE_URL": "http://q/deliveries",
+    "REMINDERS_DLQ_URL": "http://q/dlq",
+    "REMINDERS_PARKING_QUEUE_URL": "http://q/parking",
+}
+
+
+def test_config_defaults() -> None:
+    settings = config.load(dict(BASE_ENV))
+    assert settings == config.Settings(
+        database_url=BASE_ENV["DATABASE_URL"],
+        db_prepare=True,
+        queues=None,
+        limits=config.Limits(),
+        webhook_allow="",
+        email_sender="reminders@example.com",
+        webhook_connect_timeout=3.0,
+        webhook_read_timeout=10.0,
+    )
+    assert config.Limits() == config.Limits(
+        scan_batch=100,
+        inflight_budget=1000,
+        lease_seconds=300,
+        redrive_budget=3,
+        work_rounds=10_000,
+    )
+
+
+def test_config_reads_every_setting() -> None:
+    env = {
+        **BASE_ENV,
+        **QUEUES,
+        "REMINDERS_DB_PREPARE": "off",
+        "REMINDERS_SCAN_BATCH": "7",
+        "REMINDERS_INFLIGHT_BUDGET": "70",
+        "REMINDERS_LEASE_SECONDS": "60",
+        "REMINDERS_REDRIVE_BUDGET": "0",
+        "REMINDERS_WORK_ROUNDS": "5",
+        "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
+        "REMINDERS_EMAIL_SENDER": "a@b.example",
+        "REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "1.5",
+        "REMINDERS_WEBHOOK_READ_TIMEOUT": "2",
+    }
+    settings = config.load(env)
+    assert settings == config.Settings(
+        database_url=BASE_ENV["DATABASE_URL"],
+        db_prepare=False,
+        queues=config.QueueUrls("http://q/deliveries", "http://q/dlq", "http://q/parking"),
+        limits=config.Limits(
+            scan_batch=7, inflight_budget=70, lease_seconds=60, redrive_budget=0, work_rounds=5
+        ),
+        webhook_allow="127.0.0.1/32",
+        email_sender="a@b.example",
+        webhook_connect_timeout=1.5,
+        webhook_read_timeout=2.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"REMINDERS_SCAN_BATCH": "abc"}, "REMINDERS_SCAN_BATCH must be a whole number, got 'abc'"),
+        ({"REMINDERS_SCAN_BATCH": "0"}, "REMINDERS_SCAN_BATCH must be between 1 and 10000, got 0"),
+        (
+            {"REMINDERS_SCAN_BATCH": "10001"},
+            "REMINDERS_SCAN_BATCH must be between 1 and 10000, got 10001",
+        ),
+        ({"REMINDERS_SCAN_BATCH": "1.5"}, "REMINDERS_SCAN_BATCH must be a whole number, got '1.5'"),
+        (
+            {"REMINDERS_LEASE_SECONDS": "4"},
+            "REMINDERS_LEASE_SECONDS must be between 5 and 43200, got 4",
+        ),
+        (
+            {"REMINDERS_INFLIGHT_BUDGET": "-1"},
+            "REMINDERS_INFLIGHT_BUDGET must be between 1 and 1000000, got -1",
+        ),
+        (
+            {"REMINDERS_REDRIVE_BUDGET": "101"},
+            "REMINDERS_REDRIVE_BUDGET must be between 0 and 100, got 101",
+        ),
+        ({"REMINDERS_DB_PREPARE": "maybe"}, "REMINDERS_DB_PREPARE must be on or off, got 'maybe'"),
+        (
+            {"REMINDERS_WEBHOOK_READ_TIMEOUT": "soon"},
+            "REMINDERS_WEBHOOK_READ_TIMEOUT must be a number of seconds, got 'soon'",
+        ),
+        (
+            {"REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "0"},
+            "REMINDERS_WEBHOOK_CONNECT_TIMEOUT must be between 0 and 120 seconds, got 0.0",
+        ),
+        (
+            {"REMINDERS_QUEUE_URL": "http://q/deliveries"},
+            "queue settings incomplete: REMINDERS_DLQ_URL, REMINDERS_PARKING_QUEUE_URL not set",
+        ),
+        (
+            {"REMINDERS_DLQ_URL": "http://q/dlq"},
+            "queue settings incomplete: REMINDERS_QUEUE_URL, REMINDERS_PARKING_QUEUE_URL not set",
+        ),
+        (
+            {"REMINDERS_QUEUE_URL": "http://q/deliveries", "REMINDERS_DLQ_URL": "http://q/dlq"},
+            "queue settings incomplete: REMINDERS_PARKING_QUEUE_URL not set",
+        ),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_variable(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load({**BASE_ENV, **extra})
+    assert str(err.value) == message
+
+
+def test_config_without_a_database_says_how_to_get_one() -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load({"REMINDERS_DB_HOST": "db.internal"})
+    assert str(err.value) == (
+        "no database configured: set DATABASE_URL, or REMINDERS_DB_HOST with "
+        "REMINDERS_DB_SECRET_ARN (run `reminders local up` for a local one)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("1", True),
+        ("true", True),
+        ("ON", True),
+        ("yes", True),
+        ("0", False),
+        ("False", False),
+        ("off", False),
+        ("no", False),
+        ("", True),
+    ],
+)
+def test_config_db_prepare_values(raw: str, expected: bool) -> None:
+    assert config.load({**BASE_ENV, "REMINDERS_DB_PREPARE": raw}).db_prepare is expected
+
+
+def test_require_queues_names_all_three_variables() -> None:
+    with pytest.raises(ConfigError) as err:
+        config.require_queues(config.load(dict(BASE_ENV)))
+    assert str(err.value) == (
+        "no queues configured: set REMINDERS_QUEUE_URL, REMINDERS_DLQ_URL and "
+        "REMINDERS_PARKING_QUEUE_URL (run `reminders local up` for local ones)"
+    )

@@ -1,0 +1,270 @@
+"""The retry policy: full jitter, capped, Retry-After honoured, staleness and budget respected."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from reminders.retry import Next, Policy, next_try
+
+NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+OCCURRENCE = datetime(2027, 3, 1, 8, 55, tzinfo=UTC)
+BASE = timedelta(seconds=30)
+CAP = timedelta(hours=1)
+
+
+def policy(
+    *,
+    max_attempts: int = 100,
+    stale_after: timedelta | None = None,
+    base: timedelta = BASE,
+    cap: timedelta = CAP,
+) -> Policy:
+    return Policy(
+        max_attempts=max_attempts, backoff_base=base, backoff_cap=cap, stale_after=stale_after
+    )
+
+
+def delay_of(result: Next) -> float:
+    assert result.state == "retrying"
+    assert result.due_at is not None
+    return (result.due_at - NOW).total_seconds()
+
+
+@pytest.mark.parametrize(
+    ("attempts_made", "ceiling"),
+    [
+        (1, 30.0),
+        (2, 60.0),
+        (3, 120.0),
+        (4, 240.0),
+        (5, 480.0),
+        (6, 960.0),
+        (7, 1920.0),
+        (8, 3600.0),
+        (9, 3600.0),
+    ],
+)
+def test_full_jitter_stays_within_one_second_and_the_exponential_ceiling(
+    attempts_made: int, ceiling: float
+) -> None:
+    rng = random.Random(1234)
+    delays = [
+        delay_of(
+            next_try(
+                policy(),
+                attempts_made=attempts_made,
+                occurrence_at=OCCURRENCE,
+                now=NOW,
+                retry_after=None,
+                rng=rng,
+            )
+        )
+        for _ in range(2000)
+    ]
+    assert min(delays) >= 1.0
+    assert max(delays) <= ceiling
+    # Full jitter spreads over the whole window, not around a fixed point.
+    assert min(delays) < 1.0 + ceiling * 0.01
+    assert max(delays) > ceiling * 0.99
+    below_half = sum(1 for d in delays if d < ceiling / 2)
+    assert 850 < below_half < 1150
+
+
+def test_the_delay_is_one_uniform_draw_over_the_window_floored_at_one_second() -> None:
+    rng, twin = random.Random(99), random.Random(99)
+    for attempts_made in range(1, 12):
+        got = next_try(
+            policy(),
+            attempts_made=attempts_made,
+            occurrence_at=OCCURRENCE,
+            now=NOW,
+            retry_after=None,
+            rng=rng,
+        )
+        ceiling = min(3600.0, 30.0 * 2 ** (attempts_made - 1))
+        expected = NOW + timedelta(seconds=max(1.0, twin.uniform(0, ceiling)))
+        assert got == Next("retrying", expected, "will retry")
+
+
+def test_a_tiny_window_still_waits_at_least_one_second() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        got = next_try(
+            policy(base=timedelta(milliseconds=100)),
+            attempts_made=1,
+            occurrence_at=OCCURRENCE,
+            now=NOW,
+            retry_after=None,
+            rng=rng,
+        )
+        assert got.due_at == NOW + timedelta(seconds=1)
+
+
+def test_retry_after_later_than_the_backoff_wins() -> None:
+    later = NOW + timedelta(hours=5)
+    got = next_try(
+        policy(),
+        attempts_made=1,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=later,
+        rng=random.Random(3),
+    )
+    assert got == Next("retrying", later, "will retry")
+
+
+def test_retry_after_earlier_than_the_backoff_is_ignored() -> None:
+    rng, twin = random.Random(11), random.Random(11)
+    expected = NOW + timedelta(seconds=max(1.0, twin.uniform(0, 240.0)))
+    got = next_try(
+        policy(),
+        attempts_made=4,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=NOW + timedelta(milliseconds=500),
+        rng=rng,
+    )
+    assert got.due_at == expected
+
+
+def test_never_earlier_than_retry_after_over_many_draws() -> None:
+    rng = random.Random(21)
+    for attempts_made in range(1, 10):
+        for seconds in (1, 17, 45, 300, 2000, 7200):
+            retry_after = NOW + timedelta(seconds=seconds)
+            got = next_try(
+                policy(),
+                attempts_made=attempts_made,
+                occurrence_at=OCCURRENCE,
+                now=NOW,
+                retry_after=retry_after,
+                rng=rng,
+            )
+            assert got.state == "retrying"
+            assert got.due_at is not None and got.due_at >= retry_after
+
+
+def test_stale_when_the_next_try_lands_after_the_staleness_deadline() -> None:
+    stale_after = timedelta(minutes=10)
+    deadline = OCCURRENCE + stale_after  # 09:05
+    got = next_try(
+        policy(stale_after=stale_after),
+        attempts_made=1,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=deadline + timedelta(microseconds=1),
+        rng=random.Random(1),
+    )
+    assert got.state == "stale"
+    assert got.due_at is None
+    assert got.reason == (
+        "next try at 2027-03-01T09:05:00.000001+00:00 would land after the "
+        "staleness deadline 2027-03-01T09:05:00+00:00"
+    )
+
+
+def test_a_try_exactly_at_the_staleness_deadline_is_still_made() -> None:
+    stale_after = timedelta(minutes=10)
+    deadline = OCCURRENCE + stale_after
+    got = next_try(
+        policy(stale_after=stale_after),
+        attempts_made=1,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=deadline,
+        rng=random.Random(1),
+    )
+    assert got == Next("retrying", deadline, "will retry")
+
+
+def test_backoff_alone_can_make_it_stale() -> None:
+    # The window for attempt 8 is up to an hour; the deadline is 6 s away, so almost every draw
+    # lands after it.
+    stale_after = timedelta(minutes=5, seconds=6)
+    rng = random.Random(8)
+    outcomes = [
+        next_try(
+            policy(stale_after=stale_after),
+            attempts_made=8,
+            occurrence_at=OCCURRENCE,
+            now=NOW,
+            retry_after=None,
+            rng=rng,
+        )
+        for _ in range(500)
+    ]
+    for got in outcomes:
+        if got.state == "retrying":
+            assert got.due_at is not None
+            assert got.due_at <= OCCURRENCE + stale_after
+        else:
+            assert got.state == "stale" and got.due_at is None
+    assert 480 < sum(1 for o in outcomes if o.state == "stale") < 500
+
+
+def test_no_staleness_window_means_never_stale() -> None:
+    far = NOW + timedelta(days=400)
+    got = next_try(
+        policy(stale_after=None),
+        attempts_made=1,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=far,
+        rng=random.Random(2),
+    )
+    assert got == Next("retrying", far, "will retry")
+
+
+@pytest.mark.parametrize("attempts_made", [4, 5, 40])
+def test_dead_once_the_budget_is_spent(attempts_made: int) -> None:
+    rng = random.Random(4)
+    state_before = rng.getstate()
+    got = next_try(
+        policy(max_attempts=4, stale_after=timedelta(hours=1)),
+        attempts_made=attempts_made,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=NOW + timedelta(days=3),
+        rng=rng,
+    )
+    assert got == Next("dead", None, f"retry budget spent: {attempts_made} of 4 attempts failed")
+    assert rng.getstate() == state_before  # no draw is spent on a dead delivery
+
+
+def test_one_attempt_short_of_the_budget_still_retries() -> None:
+    got = next_try(
+        policy(max_attempts=4),
+        attempts_made=3,
+        occurrence_at=OCCURRENCE,
+        now=NOW,
+        retry_after=None,
+        rng=random.Random(4),
+    )
+    assert got.state == "retrying"
+
+
+@pytest.mark.parametrize("attempts_made", [13, 30, 64, 99])
+def test_the_cap_holds_for_large_attempt_numbers(attempts_made: int) -> None:
+    rng, twin = random.Random(attempts_made), random.Random(attempts_made)
+    delays = [
+        delay_of(
+            next_try(
+                policy(),
+                attempts_made=attempts_made,
+                occurrence_at=OCCURRENCE,
+                now=NOW,
+                retry_after=None,
+                rng=rng,
+            )
+        )
+        for _ in range(500)
+    ]
+    expected = [
+        timedelta(seconds=max(1.0, twin.uniform(0, 3600.0))).total_seconds() for _ in range(500)
+    ]
+    assert delays == expected
+    assert max(delays) <= 3600.0
+    assert max(delays) > 3600.0 * 0.99
