@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup demo test lint typecheck bench synth layer clean
+.PHONY: setup demo test lint typecheck bench synth layer layer-rebuild clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy shared functions infra
+
+# The CDK app: synth needs no AWS credentials, no Docker and no CDK CLI; the layer needs PyPI.
+layer: setup  ## the dependency layer in build/layer (arm64, Python 3.13), reused while current
+	$(BIN)/python -m infra.layer
+
+layer-rebuild: setup
+	$(BIN)/python -m infra.layer --force
+
+synth: layer  ## cdk.out/Reminders.template.json (runs cdk-nag; fails on a finding)
+	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
 
 clean:
 	rm -rf $(VENV) build cdk.out .reminders

@@ -339,7 +339,8 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     paused = args.action == "pause"
     with _conn() as conn:
         schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
-    emit(args, {"tenant": args.tenant, "paused": paused}, f"tenant {args.tenant} {'paused' if args.action == 'pause' else 'resumed'}")
+    emit(args, {"tenant": args.tenant, "paused": paused},
+         f"tenant {args.tenant} {'paused' if paused else 'resumed'}")
     return 0
 
 
