@@ -363,6 +363,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from reminders import operator
+
+    with _conn() as conn:
+        rows = operator.in_state(conn, state=args.state, tenant=args.tenant, limit=args.limit)
+    emit(args, rows, "\n".join(f"{r['delivery_key']}  {r['state']}  {r['reason'] or ''}"
+                                for r in rows) or f"no {args.state} deliveries")
+    return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from reminders import operator
+
+    with _conn() as conn:
+        tenant = _resolve_tenant(conn, args.key, args.tenant)
+        data = operator.reconcile(conn, key=args.key, tenant=tenant, target=args.as_,
+                                  reason=args.reason, now=_now())
+    emit(args, data, f"{data['delivery_key']}: {data['state']} ({data['reason']})")
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     from reminders.clock import parse_instant
     from reminders.recurrence import Recurrence, preview
@@ -516,6 +537,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant")
     _json_flag(p)
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("list", help="deliveries in one state (e.g. the parked: unknown, dead)")
+    p.add_argument("--state", required=True)
+    p.add_argument("--tenant")
+    p.add_argument("--limit", type=int, default=100)
+    _json_flag(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("reconcile", help="settle a parked delivery after checking the receiver")
+    p.add_argument("key", help="delivery key")
+    p.add_argument("--tenant")
+    p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"])
+    p.add_argument("--reason", required=True, help="what you checked")
+    _json_flag(p)
+    p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("preview", help="the next due instants of a rule")
     p.add_argument("--rrule", required=True)

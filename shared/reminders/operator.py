@@ -68,6 +68,51 @@ def show(conn: db.Connection, *, key: str, tenant: str) -> dict[str, Any]:
             "deliveries": [_delivery_json(conn, r) for r in rows]}
 
 
+RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
+
+
+def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason: str,
+              now: datetime) -> dict[str, Any]:
+    """Settle a parked delivery (typically ``unknown``) after an operator checked what the
+    receiver got: ``sent`` (it arrived), ``failed``/``dead`` (give up), or ``retry`` (due again
+    now, with the same delivery key). Recorded as an operator event."""
+    from reminders.errors import InvalidInput
+
+    if target not in RECONCILE_TARGETS:
+        raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
+    if not reason.strip():
+        raise InvalidInput("a reason is required: say what you checked")
+    with db.transaction(conn):
+        row = db.fetch_one(conn, "delivery_reconcile", {
+            "key": key, "tenant": tenant, "target": target, "now": now,
+            "reason": f"operator: {reason.strip()}"})
+        if row is None:
+            current = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
+            if current is None:
+                raise NotFound(f"no delivery with key {key!r} for tenant {tenant!r}")
+            raise InvalidInput(f"delivery {key} is {current['state']}: only unknown, failed, "
+                               "dead, stale or suppressed deliveries can be reconciled")
+        db.execute(conn, "event_add", {"tenant": tenant, "id": row["id"], "now": now,
+                                       "actor": "operator", "event": f"reconciled as {target}",
+                                       "detail": reason.strip()})
+    return {"delivery_key": key, "tenant": tenant, "state": row["state"], "reason": row["reason"]}
+
+
+def in_state(conn: db.Connection, *, state: str, tenant: str | None,
+             limit: int) -> list[dict[str, Any]]:
+    from reminders.errors import InvalidInput
+
+    if state not in STATES:
+        raise InvalidInput(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
+    rows = db.fetch_all(conn, "deliveries_in_state", {"state": state, "tenant": tenant,
+                                                      "limit": max(1, min(limit, 10_000))})
+    return [{"delivery_key": r["delivery_key"], "tenant": r["tenant"],
+             "schedule_key": r["schedule_key"], "recipient": r["recipient"],
+             "channel": r["channel"], "state": r["state"], "reason": r["reason"],
+             "occurrence_at": iso(r["occurrence_at"]), "attempts_made": r["attempts_made"],
+             "updated_at": iso(r["updated_at"])} for r in rows]
+
+
 def show_text(data: dict[str, Any]) -> str:
     items = data.get("deliveries", [data])
     lines = []

@@ -69,6 +69,21 @@ def message(destination: str, payload: dict[str, Any] | None = None) -> Message:
     )
 
 
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """moto in server mode on a thread of this process, so the tests can read what it got
+    (its SES and SNS backends) after sending over HTTP."""
+    from moto.server import ThreadedMotoServer
+
+    from reminders.local import stack
+
+    port = stack.free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
 @pytest.fixture
 def verified_sender(moto_endpoint: str) -> str:
     sender = f"reminders-{next(_unique)}@verified.example"

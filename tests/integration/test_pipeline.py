@@ -486,3 +486,42 @@ def _uuid(text: str) -> Any:
     from uuid import UUID
 
     return UUID(text)
+
+
+def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
+    from reminders import operator
+
+    h = harness
+    keys = []
+    for n in (1, 2):
+        result = schedules.schedule(h.conn, tenant="acme", recipients=[f"u{n}@example.com"],
+                                    channel="email", at=h.clock.now(), now=h.clock.now(),
+                                    key=f"unknown-{n}")
+        keys.append(result.deliveries[0].delivery_key)
+    tick(h)
+    for body in bodies(take_messages(h, n=2)):  # both crash after starting their attempt
+        db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
+                                               "token": body["lease_token"],
+                                               "now": h.clock.now()})
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    tick(h)
+    parked = operator.in_state(h.conn, state="unknown", tenant="acme", limit=10)
+    assert sorted(p["delivery_key"] for p in parked) == sorted(keys)
+    operator.reconcile(h.conn, key=keys[0], tenant="acme", target="sent",
+                       reason="SES delivery log shows it arrived", now=h.clock.now())
+    operator.reconcile(h.conn, key=keys[1], tenant="acme", target="retry",
+                       reason="no trace at the provider", now=h.clock.now())
+    tick(h)
+    work(h)
+    assert delivery(h, keys[0])["state"] == "sent"
+    assert delivery(h, keys[0])["attempts_made"] == 1  # nothing resent
+    second = delivery(h, keys[1])
+    assert second["state"] == "sent" and second["attempts_made"] == 2
+    assert [e["actor"] for e in events(h, keys[0])] == ["operator"]
+    import pytest
+
+    from reminders.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="is sent: only unknown"):
+        operator.reconcile(h.conn, key=keys[0], tenant="acme", target="retry",
+                           reason="again", now=h.clock.now())

@@ -331,6 +331,29 @@ from deliveries d join schedules s on s.id = d.schedule_id
 where s.schedule_key = %(key)s and d.tenant = %(tenant)s
 order by d.occurrence_at, d.recipient, d.id;
 
+-- name: deliveries_in_state
+-- CROSS-TENANT unless a tenant is given: the operator's worklist (parked deliveries).
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.state = %(state)s and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+order by d.updated_at, d.id
+limit %(limit)s;
+
+-- name: delivery_reconcile
+-- An operator settles a parked or terminal delivery after checking with the receiver.
+-- Never one that is due or leased: those belong to the pipeline.
+update deliveries set
+    state = case when %(target)s <> 'retry' then %(target)s
+                 when attempts_made = 0 then 'scheduled' else 'retrying' end,
+    reason = %(reason)s,
+    due_at = case when %(target)s = 'retry' then %(now)s else due_at end,
+    updated_at = %(now)s
+where delivery_key = %(key)s and tenant = %(tenant)s
+  and state in ('unknown', 'failed', 'dead', 'stale', 'suppressed')
+returning id, tenant, state, reason;
+
 -- name: attempts_of_delivery
 select attempt_no, started_at, finished_at, outcome, status_code, detail, retry_after
 from attempts where delivery_id = %(id)s and tenant = %(tenant)s order by attempt_no;
