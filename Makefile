@@ -18,14 +18,14 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/reminders demo
 
-test: setup lint
+test: setup lint typecheck
 	$(BIN)/pytest
 
 lint: setup
 	$(BIN)/ruff check .
 
 typecheck: setup
-	$(BIN)/mypy shared functions infra
+	$(BIN)/mypy shared functions infra tests
 
 # The CDK app: synth needs no AWS credentials, no Docker and no CDK CLI; the layer needs PyPI.
 layer: setup  ## the dependency layer in build/layer (arm64, Python 3.13), reused while current

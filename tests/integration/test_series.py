@@ -21,8 +21,8 @@ from tests.integration.pipeline_helpers import (
 WEEKLY_MONDAY_9 = "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0"
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def kind(h: Harness, name: str, stale_after: timedelta | None) -> None:

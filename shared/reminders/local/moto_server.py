@@ -22,7 +22,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import make_server
 
 
-class _NoDelayHandler(MotoRequestHandler):  # type: ignore[misc]
+class _NoDelayHandler(MotoRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
