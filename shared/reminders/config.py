@@ -106,9 +106,22 @@ def database_url_from_env(env: Mapping[str, str]) -> str:
     user, password = read_db_secret(secret_arn)
     name = env.get("REMINDERS_DB_NAME", "reminders")
     sslmode = env.get("REMINDERS_DB_SSLMODE", "verify-full")
-    extra = "&sslrootcert=system" if sslmode == "verify-full" else ""
+    extra = f"&sslrootcert={quote(ca_bundle(env), safe='/')}" if sslmode == "verify-full" else ""
     return (f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:5432/"
             f"{quote(name, safe='')}?sslmode={sslmode}{extra}")
+
+
+# Where Lambda's Amazon Linux image (and most Linux hosts) keep the trusted CAs, which include
+# the Amazon roots RDS Proxy's certificates chain to. libpq bundled in psycopg's wheel has its
+# own idea of OpenSSL's default paths, so the file is named explicitly.
+CA_BUNDLES = ("/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/certs/ca-certificates.crt")
+
+
+def ca_bundle(env: Mapping[str, str]) -> str:
+    explicit = env.get("REMINDERS_DB_SSLROOTCERT")
+    if explicit:
+        return explicit
+    return next((path for path in CA_BUNDLES if os.path.exists(path)), "system")
 
 
 def queues_from_env(env: Mapping[str, str]) -> QueueUrls | None:

@@ -306,6 +306,11 @@ select state, channel, count(*) as n from deliveries
 where (%(tenant)s::text is null or tenant = %(tenant)s)
 group by state, channel order by state, channel;
 
+-- name: next_due
+-- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
+select min(case when state = 'leased' then lease_expires_at else due_at end) as at
+from deliveries where state in ('scheduled', 'retrying', 'leased');
+
 -- name: status_expired_leases
 select count(*) as n from deliveries
 where state = 'leased' and lease_expires_at < %(now)s

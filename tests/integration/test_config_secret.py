@@ -1,0 +1,44 @@
+"""In Lambda the database URL is built from the proxy host and the Secrets Manager secret."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from reminders import aws, config
+from reminders.errors import ConfigError
+from reminders.local import stack
+
+
+@pytest.fixture
+def secrets_endpoint(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    aws.client.cache_clear()
+    yield moto_endpoint
+    aws.client.cache_clear()
+
+
+def test_url_from_proxy_host_and_secret_verifies_tls(secrets_endpoint: str) -> None:
+    sm = stack.aws_client("secretsmanager", secrets_endpoint)
+    arn = sm.create_secret(Name="db-creds-ok", SecretString=json.dumps(
+        {"username": "app user", "password": "p@ss/word:1"}))["ARN"]
+    url = config.database_url_from_env({
+        "REMINDERS_DB_HOST": "proxy.example.internal", "REMINDERS_DB_SECRET_ARN": arn,
+        "REMINDERS_DB_NAME": "reminders", "REMINDERS_DB_SSLROOTCERT": "/opt/ca/bundle.pem"})
+    assert url == ("postgresql://app%20user:p%40ss%2Fword%3A1@proxy.example.internal:5432/"
+                   "reminders?sslmode=verify-full&sslrootcert=/opt/ca/bundle.pem")
+
+
+def test_a_secret_without_credentials_is_a_clear_error(secrets_endpoint: str) -> None:
+    sm = stack.aws_client("secretsmanager", secrets_endpoint)
+    arn = sm.create_secret(Name="db-creds-bad", SecretString="not json")["ARN"]
+    with pytest.raises(ConfigError, match="lacks username/password"):
+        config.database_url_from_env({"REMINDERS_DB_HOST": "h",
+                                      "REMINDERS_DB_SECRET_ARN": arn})
+
+
+def test_no_database_setting_names_what_to_set() -> None:
+    with pytest.raises(ConfigError, match="set DATABASE_URL, or REMINDERS_DB_HOST"):
+        config.database_url_from_env({"REMINDERS_DB_HOST": "only-host"})
