@@ -37,5 +37,8 @@ layer-rebuild: setup
 synth: layer  ## cdk.out/Reminders.template.json (runs cdk-nag; fails on a finding)
 	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
 
+bench: setup  ## figures (ratios in one run) for fan-out, lease, re-check, recurrence, cold start
+	$(BIN)/python -m tests.bench.run
+
 clean:
 	rm -rf $(VENV) build cdk.out .reminders

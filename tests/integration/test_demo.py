@@ -1,0 +1,31 @@
+"""`reminders demo`, the main job, as a new user runs it: the stack comes up, the mix runs to
+completion on the simulated clock, every reminder ends as it should, and the stack goes down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REMINDERS_"))}
+    env["REMINDERS_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "demo", "--json"], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["all_as_expected"] is True
+    assert report["totals"] == {"scheduled": 1, "sent": 10, "failed": 1, "suppressed": 4,
+                                "stale": 1}
+    assert report["receiver"] == {"effects": 8, "keys_with_duplicates": {}, "bad_signatures": 0}
+    states = {(d["case"], d["recipient"]): d["state"] for d in report["deliveries"]
+              if d["reason"] != "rescheduled"}
+    assert states[("endpoint answers 429, Retry-After 120s", "alice")] == "sent"
+    assert states[("endpoint answers 410 Gone", "alice")] == "failed"
+    assert states[("missed its window (stale after 1h)", "alice")] == "stale"
+    assert [p["reason"] for p in report["parked_messages"]] == [
+        "unparseable: body is not JSON: '{not json'"]
+    assert not (tmp_path / "home" / "local.json").exists()  # it stopped what it started
