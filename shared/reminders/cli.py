@@ -227,8 +227,12 @@ def _recipients(args: argparse.Namespace) -> list[str]:
         path = Path(args.recipients_file)
         if not path.is_file():
             raise InvalidInput(f"--recipients-file: no such file {str(path)!r}")
-        people += [line.strip() for line in path.read_text().splitlines()
-                   if line.strip() and not line.startswith("#")]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"--recipients-file: cannot read {str(path)!r}: {exc}") from None
+        lines = (line.strip() for line in text.splitlines())
+        people += [line for line in lines if line and not line.startswith("#")]
     if not people:
         raise InvalidInput("give --recipient, --recipients or --recipients-file")
     return people

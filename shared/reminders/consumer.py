@@ -7,18 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from reminders import db, retry
+from reminders.batch import partial_response, read
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.errors import InvalidInput, NotFound
 from reminders.observability import logger
-from reminders.queue import LeaseMessage, parse_body
+from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 ACTIVE = ("scheduled", "leased", "retrying")
@@ -74,33 +70,18 @@ def content_check(row: db.Row, now: datetime) -> Decision:
     return Decision("send", None, "")
 
 
-def load_rows(conn: db.Connection, ids: list[int]) -> dict[int, db.Row]:
-    """Everything the re-check needs for a whole batch, in one round trip."""
-    if not ids:
-        return {}
-    return {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load", {"ids": ids})}
-
-
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
     """Handle one SQS batch; return the partial batch response."""
-    records = event.get("Records", [])
-    parsed: dict[str, LeaseMessage | InvalidInput] = {}
-    for record in records:
-        try:
-            parsed[record["messageId"]] = parse_body(record.get("body", ""))
-        except InvalidInput as exc:
-            parsed[record["messageId"]] = exc
-    ids = sorted({m.delivery_id for m in parsed.values() if isinstance(m, LeaseMessage)})
     conn = rt.connection()
-    rows = load_rows(conn, ids)
+    batch = read(event, conn)
 
     def handle(record: SQSRecord) -> None:
-        message = parsed[record.message_id]
+        message = batch.messages[record.message_id]
         if isinstance(message, InvalidInput):
             logger.error("malformed message", extra={"message_id": record.message_id,
                                                      "error": str(message)})
             raise InvalidInput(f"message {record.message_id}: {message}")
-        row = rows.get(message.delivery_id)
+        row = batch.rows.get(message.delivery_id)
         if row is None:
             logger.error("unknown delivery", extra={"message_id": record.message_id,
                                                     "delivery_id": message.delivery_id})
@@ -108,10 +89,7 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
                            f"{message.delivery_id}")
         deliver(rt, conn, row, message)
 
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    answer = process_partial_response(event=event, record_handler=handle, processor=processor,
-                                      context=context)
-    return dict(answer)
+    return partial_response(event, handle, context)
 
 
 def deliver(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage) -> str:

@@ -7,48 +7,33 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from reminders import db
-from reminders.consumer import content_check, load_rows, settle
+from reminders.batch import partial_response, read
+from reminders.consumer import content_check, settle
 from reminders.errors import InvalidInput
 from reminders.observability import logger
-from reminders.queue import LeaseMessage, parse_body
+from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 TERMINAL = ("sent", "failed", "suppressed", "stale", "unknown", "dead")
 
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
-    records = event.get("Records", [])
-    parsed: dict[str, LeaseMessage | InvalidInput] = {}
-    for record in records:
-        try:
-            parsed[record["messageId"]] = parse_body(record.get("body", ""))
-        except InvalidInput as exc:
-            parsed[record["messageId"]] = exc
-    ids = sorted({m.delivery_id for m in parsed.values() if isinstance(m, LeaseMessage)})
     conn = rt.connection()
-    rows = load_rows(conn, ids)
+    batch = read(event, conn)
 
     def handle(record: SQSRecord) -> str:
-        message = parsed[record.message_id]
+        message = batch.messages[record.message_id]
         if isinstance(message, InvalidInput):
             return _park(rt, record, f"unparseable: {message}")
-        row = rows.get(message.delivery_id)
+        row = batch.rows.get(message.delivery_id)
         if row is None:
             return _park(rt, record, f"unknown delivery id {message.delivery_id}")
         return decide(rt, conn, row, message, record.message_id)
 
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    answer = process_partial_response(event=event, record_handler=handle, processor=processor,
-                                      context=context)
-    return dict(answer)
+    return partial_response(event, handle, context)
 
 
 def _park(rt: Runtime, record: SQSRecord, reason: str) -> str:

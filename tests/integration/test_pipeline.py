@@ -8,7 +8,7 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from reminders import consumer, db, scanner, schedules
+from reminders import batch, consumer, db, scanner, schedules
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
 from tests.conftest import Harness, make_runtime
@@ -123,7 +123,7 @@ def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness:
     (msg,) = take_messages(h)
     lease = LeaseMessage(int(json.loads(msg["Body"])["delivery_id"]),
                          _uuid(json.loads(msg["Body"])["lease_token"]))
-    row = consumer.load_rows(h.conn, [lease.delivery_id])[lease.delivery_id]
+    row = batch.load_rows(h.conn, [lease.delivery_id])[lease.delivery_id]
     # Start the attempt and send, then "crash" before recording the outcome.
     attempt = db.fetch_one(h.conn, "attempt_start", {"id": lease.delivery_id,
                                                      "token": lease.lease_token,

@@ -1,0 +1,52 @@
+"""What the consumer and redrive share: read an SQS batch (parse every body, load every row it
+names in one round trip) and answer with a partial batch response."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from reminders import db
+from reminders.errors import InvalidInput
+from reminders.queue import LeaseMessage, parse_body
+
+
+@dataclass(frozen=True)
+class Batch:
+    messages: dict[str, LeaseMessage | InvalidInput]  # by SQS message id
+    rows: dict[int, db.Row]                           # by delivery id
+
+
+def load_rows(conn: db.Connection, ids: list[int]) -> dict[int, db.Row]:
+    """Everything the re-check needs for a whole batch, in one round trip."""
+    if not ids:
+        return {}
+    return {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load", {"ids": ids})}
+
+
+def read(event: dict[str, Any], conn: db.Connection) -> Batch:
+    messages: dict[str, LeaseMessage | InvalidInput] = {}
+    for record in event.get("Records", []):
+        try:
+            messages[record["messageId"]] = parse_body(record.get("body", ""))
+        except InvalidInput as exc:
+            messages[record["messageId"]] = exc
+    ids = sorted({m.delivery_id for m in messages.values() if isinstance(m, LeaseMessage)})
+    return Batch(messages, load_rows(conn, ids))
+
+
+def partial_response(event: dict[str, Any], handle: Callable[[SQSRecord], Any],
+                     context: Any) -> dict[str, Any]:
+    """Run ``handle`` per record; a record that raises fails alone (batchItemFailures)."""
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    answer = process_partial_response(event=event, record_handler=handle, processor=processor,
+                                      context=context)
+    return dict(answer)
