@@ -525,3 +525,24 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
     with pytest.raises(InvalidInput, match="is sent: only unknown"):
         operator.reconcile(h.conn, key=keys[0], tenant="acme", target="retry",
                            reason="again", now=h.clock.now())
+
+
+def test_messages_the_queue_refuses_are_released_for_the_next_tick(harness: Harness) -> None:
+    from reminders.queue import Queue
+
+    h = harness
+    keys = schedule_webhook(h, "refused", recipients=["a", "b", "c"])
+    good = h.rt.deliveries
+    gone = h.sqs().create_queue(QueueName="about-to-vanish")["QueueUrl"]
+    h.sqs().delete_queue(QueueUrl=gone)
+    h.rt.deliveries = Queue(good.client, gone)  # every SendMessageBatch now fails
+    h.rt.deliveries.depth = lambda: 0  # type: ignore[method-assign]
+    out = tick(h)
+    assert (out["leased"], out["published"], out["released"]) == (3, 0, 3)
+    assert {delivery(h, k)["state"] for k in keys} == {"scheduled"}
+    assert all("queue refused" in (delivery(h, k)["reason"] or "") for k in keys)
+    h.rt.deliveries = good
+    out = tick(h)
+    assert (out["leased"], out["published"]) == (3, 3)
+    work(h)
+    assert set(effects(h)) == set(keys)
