@@ -51,8 +51,10 @@ class Queues(Construct):
             "DeadLetter",
             retention=MAX_RETENTION,
             visibility_timeout=Duration.seconds(6 * settings.redrive_timeout_seconds),
+            # Twice the source's count: a moved message may keep its receive count, and the
+            # redrive function must still get its own tries before anything is parked.
             dead_letter_queue=sqs.DeadLetterQueue(
-                queue=self.parking, max_receive_count=settings.max_receive_count
+                queue=self.parking, max_receive_count=2 * settings.max_receive_count
             ),
         )
         self.deliveries = _queue(

@@ -19,7 +19,7 @@ class Limits:
     scan_batch: int = 100          # deliveries leased per scanner tick at most
     inflight_budget: int = 1000    # live leases + queued messages, at most
     lease_seconds: int = 300       # a lease expires this long after it is taken
-    redrive_budget: int = 3        # default replays from the DLQ per delivery (kinds may override)
+    redrive_budget: int = 3        # replays from the DLQ per delivery at most (kinds may lower it)
     work_rounds: int = 10_000      # bound on local event-loop rounds
 
 

@@ -68,8 +68,10 @@ def decide(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage,
         if check.action == "settle" and check.state is not None:
             settle(conn, row, token, check.state, check.reason, None, now)
             return _drop(conn, row, now, check.reason, message_id)
-        if row["redrives"] >= row["redrive_budget"]:
-            reason = f"redrive budget spent ({row['redrives']} of {row['redrive_budget']})"
+        # The kind's budget, capped by the deployment's (REMINDERS_REDRIVE_BUDGET; 0 stops all).
+        budget = min(row["redrive_budget"], rt.settings.limits.redrive_budget)
+        if row["redrives"] >= budget:
+            reason = f"redrive budget spent ({row['redrives']} of {budget})"
             settle(conn, row, token, "dead", reason, None, now)
             return _drop(conn, row, now, reason, message_id)
         replayed = db.fetch_one(conn, "delivery_replay", {

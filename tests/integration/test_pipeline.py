@@ -546,3 +546,15 @@ def test_messages_the_queue_refuses_are_released_for_the_next_tick(harness: Harn
     assert (out["leased"], out["published"]) == (3, 3)
     work(h)
     assert set(effects(h)) == set(keys)
+
+
+def test_deployment_redrive_budget_caps_every_kind(harness: Harness, database_url: str) -> None:
+    h = harness
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, redrive_budget=0)
+    (key,) = schedule_webhook(h, "capped")  # the default kind allows 3 replays
+    tick(h)
+    _to_dlq(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "dead" and row["reason"] == "redrive budget spent (0 of 0)"

@@ -107,8 +107,17 @@ def create_queues(sqs: Any, prefix: str, *, visibility_timeout: int,
                   max_receive_count: int) -> QueueUrls:
     """The deliveries queue, its dead-letter queue (redrive policy) and the parking queue."""
     day = 86_400
-    dlq = sqs.create_queue(QueueName=f"{prefix}-dlq",
-                           Attributes={"MessageRetentionPeriod": str(14 * day)})["QueueUrl"]
+    parking = sqs.create_queue(QueueName=f"{prefix}-parking",
+                               Attributes={"MessageRetentionPeriod": str(14 * day)})["QueueUrl"]
+    parking_arn = sqs.get_queue_attributes(QueueUrl=parking, AttributeNames=["QueueArn"])[
+        "Attributes"]["QueueArn"]
+    # As deployed: what the redrive function keeps failing on moves on to the parking queue,
+    # after twice the source's count (a moved message may keep its receive count).
+    dlq = sqs.create_queue(QueueName=f"{prefix}-dlq", Attributes={
+        "MessageRetentionPeriod": str(14 * day),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": parking_arn,
+                                     "maxReceiveCount": str(2 * max_receive_count)}),
+    })["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
         "Attributes"]["QueueArn"]
     main = sqs.create_queue(QueueName=f"{prefix}-deliveries", Attributes={
@@ -119,8 +128,6 @@ def create_queues(sqs: Any, prefix: str, *, visibility_timeout: int,
     })["QueueUrl"]
     sqs.set_queue_attributes(QueueUrl=dlq,
                              Attributes={"VisibilityTimeout": str(visibility_timeout)})
-    parking = sqs.create_queue(QueueName=f"{prefix}-parking",
-                               Attributes={"MessageRetentionPeriod": str(14 * day)})["QueueUrl"]
     return QueueUrls(deliveries=main, dlq=dlq, parking=parking)
 
 
