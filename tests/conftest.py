@@ -79,13 +79,19 @@ def queue_urls(moto_endpoint: str) -> config.QueueUrls:
 
 
 @pytest.fixture
-def receiver() -> Iterator[Any]:
+def receiver(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A real receiver. After every test: at most one effect per delivery key, and no key
+    answered 2xx twice unless the test says it provokes a resend (send-then-crash)."""
     from reminders.local.receiver import WebhookReceiver
 
     rcv = WebhookReceiver(secret=new_secret())
     rcv.start()
     yield rcv
+    stats = rcv.stats()
     rcv.stop()
+    assert all(n <= 1 for n in stats["effects"].values()), stats["effects"]
+    if request.node.get_closest_marker("resends_allowed") is None:
+        assert stats["duplicates"] == 0, stats["ok_answers"]
 
 
 @pytest.fixture

@@ -203,18 +203,40 @@ def cmd_kinds_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_FLAG_FOR_FIELD = {"rrule:": "--rrule:", "tz:": "--tz:", "local_start:": "--start:",
+                   "gap:": "--gap:", "overlap:": "--overlap:", "count:": "--count:"}
+
+
+def _as_flags(exc: InvalidInput) -> InvalidInput:
+    """The API names its parameters; the command line names the flags the user typed."""
+    text = str(exc)
+    for field, flag in _FLAG_FOR_FIELD.items():
+        if text.startswith(field):
+            return InvalidInput(flag + text[len(field):])
+    return exc
+
+
+def _parse_recurrence(rrule: str, tz: str, start: str, gap: str, overlap: str) -> Any:
+    from reminders.recurrence import Recurrence
+
+    try:
+        return Recurrence.parse(rrule, tz, start, gap=gap, overlap=overlap)
+    except InvalidInput as exc:
+        raise _as_flags(exc) from None
+
+
 def _recurrence(args: argparse.Namespace) -> Any:
     if not (args.rrule or args.tz or args.start):
+        if args.gap or args.overlap:
+            raise InvalidInput("--gap and --overlap apply to --rrule schedules only")
         return None
     missing = [flag for flag, value in (("--rrule", args.rrule), ("--tz", args.tz),
                                         ("--start", args.start)) if not value]
     if missing:
         raise InvalidInput(f"a recurring schedule needs --rrule, --tz and --start; "
                            f"missing {', '.join(missing)}")
-    from reminders.recurrence import Recurrence
-
-    return Recurrence.parse(args.rrule, args.tz, args.start, gap=args.gap or "shift",
-                            overlap=args.overlap or "first")
+    return _parse_recurrence(args.rrule, args.tz, args.start, args.gap or "shift",
+                             args.overlap or "first")
 
 
 def _recipients(args: argparse.Namespace) -> list[str]:
@@ -234,6 +256,8 @@ def _recipients(args: argparse.Namespace) -> list[str]:
         lines = (line.strip() for line in text.splitlines())
         people += [line for line in lines if line and not line.startswith("#")]
     if not people:
+        if args.recipients_file:
+            raise InvalidInput(f"--recipients-file: no recipients in {args.recipients_file!r}")
         raise InvalidInput("give --recipient, --recipients or --recipients-file")
     return people
 
@@ -390,15 +414,18 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from reminders.clock import parse_instant
-    from reminders.recurrence import Recurrence, preview
+    from reminders.recurrence import preview
 
-    rec = Recurrence.parse(args.rrule, args.tz, args.start, gap=args.gap, overlap=args.overlap)
+    rec = _parse_recurrence(args.rrule, args.tz, args.start, args.gap, args.overlap)
     after = parse_instant(args.after, "--after") if args.after else None
-    if after is None:
-        first = rec.first()
-        items = preview(rec, first.utc - timedelta(seconds=1), args.count) if first else []
-    else:
-        items = preview(rec, after, args.count)
+    try:
+        if after is None:
+            first = rec.first()
+            items = preview(rec, first.utc - timedelta(seconds=1), args.count) if first else []
+        else:
+            items = preview(rec, after, args.count)
+    except InvalidInput as exc:
+        raise _as_flags(exc) from None
     emit(args, items, "\n".join(f"{i['utc']}  {i['local']}" for i in items) or "(no occurrences)")
     return 0
 

@@ -47,6 +47,11 @@ def require_aware(value: datetime, name: str) -> datetime:
     return value
 
 
+def iso(value: datetime) -> str:
+    """An instant as ISO-8601 in UTC with ``Z``, as every JSON answer writes it."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def parse_instant(text: str, name: str) -> datetime:
     """Parse an ISO-8601 instant that must carry an offset (``Z`` allowed)."""
     try:

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from reminders import db
+from reminders.clock import iso
 from reminders.errors import NotFound
-from reminders.schedules import iso
 
 STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale", "unknown",
           "dead")

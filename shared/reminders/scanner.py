@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from reminders import db
+from reminders.clock import iso
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
@@ -36,7 +37,7 @@ def tick(rt: Runtime) -> TickSummary:
     # Queued messages count against the budget too: a paused consumer cannot make us pile up
     # messages for leases that expire and are taken again.
     queued = rt.deliveries.depth()
-    summary = TickSummary(now=now.isoformat(), queued_before=queued)
+    summary = TickSummary(now=iso(now), queued_before=queued)
     with db.transaction(conn):
         db.execute(conn, "scanner_lock", {"key": _SCANNER_LOCK})
         reclaimed = db.fetch_all(conn, "lease_reclaim_expired", {

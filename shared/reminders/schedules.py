@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from reminders import db
-from reminders.clock import require_aware
+from reminders.clock import iso, require_aware
 from reminders.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -64,10 +64,6 @@ class ScheduleResult:
         if len(self.deliveries) == 1:
             out["delivery_key"] = self.deliveries[0].delivery_key
         return out
-
-
-def iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def delivery_key(schedule_id: int, generation: int, occurrence: datetime, recipient: str,

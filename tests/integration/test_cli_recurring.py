@@ -148,24 +148,24 @@ def test_preview_a_wall_time_that_happens_twice_follows_the_overlap_policy(
 
 BAD_PREVIEW: list[tuple[str, list[str], str]] = [
     ("unknown zone", [WEEKLY, "Mars/Olympus", "2027-03-15T09:00"],
-     "tz: unknown time zone 'Mars/Olympus'"),
+     "--tz: unknown time zone 'Mars/Olympus'"),
     ("zone spelt wrong", [WEEKLY, "europe/berlin", "2027-03-15T09:00"],
-     "tz: unknown time zone 'europe/berlin' (did you mean 'Europe/Berlin'?)"),
+     "--tz: unknown time zone 'europe/berlin' (did you mean 'Europe/Berlin'?)"),
     ("hourly rule", ["FREQ=HOURLY", "Europe/Berlin", "2027-03-15T09:00"],
-     "rrule: FREQ=HOURLY is not supported; the smallest frequency is DAILY"),
+     "--rrule: FREQ=HOURLY is not supported; the smallest frequency is DAILY"),
     ("start with an offset", [WEEKLY, "Europe/Berlin", "2027-03-15T09:00+01:00"],
-     "local_start: must be a local wall time without an offset or zone, got "
+     "--start: must be a local wall time without an offset or zone, got "
      "'2027-03-15T09:00:00+01:00' (the zone comes from tz)"),
     ("start in UTC", [WEEKLY, "Europe/Berlin", "2027-03-15T09:00Z"],
-     "local_start: must be a local wall time without an offset or zone, got "
+     "--start: must be a local wall time without an offset or zone, got "
      "'2027-03-15T09:00:00+00:00' (the zone comes from tz)"),
     ("rule that never occurs", ["FREQ=DAILY;UNTIL=20270101", "Europe/Berlin", "2027-03-15T09:00"],
-     "rrule: 'FREQ=DAILY;UNTIL=20270101' produces no occurrence from local_start "
+     "--rrule: 'FREQ=DAILY;UNTIL=20270101' produces no occurrence from local_start "
      "2027-03-15T09:00:00 within 400 years (check UNTIL, COUNT and BY* parts)"),
     ("naive --after", [WEEKLY, "Europe/Berlin", "2027-03-15T09:00", "--after", "2027-03-20T00:00"],
      "--after must carry a UTC offset or zone, got naive 2027-03-20T00:00:00"),
     ("too many", [WEEKLY, "Europe/Berlin", "2027-03-15T09:00", "--count", "1001"],
-     "count: must be a whole number from 0 to 1000, got 1001"),
+     "--count: must be a whole number from 0 to 1000, got 1001"),
 ]
 
 
@@ -239,7 +239,7 @@ def test_a_bad_zone_when_scheduling_is_one_line(cli: Cli, conn: db.Connection,
     got = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
               "--to", hook, "--rrule", WEEKLY, "--tz", "Mars/Olympus", "--start",
               "2027-03-15T09:00", "--json")
-    one_line_error(got, "tz: unknown time zone 'Mars/Olympus'")
+    one_line_error(got, "--tz: unknown time zone 'Mars/Olympus'")
     nothing_scheduled(conn)
 
 
@@ -341,7 +341,7 @@ def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.
     assert conn.execute("select paused from tenants where id = 'acme'").fetchone() == {
         "paused": True}
     held = cli("tick", "--json", now=later).json()
-    assert held == {"now": "2027-03-15T08:01:00+00:00", "queued_before": 0, "reclaimed": {},
+    assert held == {"now": "2027-03-15T08:01:00Z", "queued_before": 0, "reclaimed": {},
                     "leased": 0, "published": 0, "released": 0,
                     "oldest_overdue_seconds": 60.0, "overdue": 1}
     assert cli("show", key, "--json", now=later).json()["state"] == "scheduled"
@@ -412,3 +412,9 @@ def test_an_unknown_delivery_reconciled_as_retry_is_due_again_with_an_operator_e
     again = cli("reconcile", key, "--as", "retry", "--reason", "no trace", now=now)
     one_line_error(again, f"delivery {key} is scheduled: only unknown, failed, dead, stale or "
                           "suppressed deliveries can be reconciled")
+
+
+def test_dst_policies_without_a_rule_are_refused(cli: Cli, hook: str) -> None:
+    got = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
+              "--to", hook, "--at", "2027-03-15T09:00:00Z", "--gap", "skip")
+    one_line_error(got, "--gap and --overlap apply to --rrule schedules only")

