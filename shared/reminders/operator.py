@@ -83,9 +83,15 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
     if not reason.strip():
         raise InvalidInput("a reason is required: say what you checked")
     with db.transaction(conn):
-        row = db.fetch_one(conn, "delivery_reconcile", {
-            "key": key, "tenant": tenant, "target": target, "now": now,
-            "reason": f"operator: {reason.strip()}"})
+        try:
+            row = db.fetch_one(conn, "delivery_reconcile", {
+                "key": key, "tenant": tenant, "target": target, "now": now,
+                "reason": f"operator: {reason.strip()}"})
+        except InvalidInput as exc:
+            if "deliveries_one_pending" not in str(exc):
+                raise
+            raise InvalidInput(f"delivery {key}: its series already has a pending delivery for "
+                               "this recipient; retrying this one too would send two") from None
         if row is None:
             current = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
             if current is None:

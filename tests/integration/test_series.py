@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
-from reminders import db, schedules
+from reminders import db, operator, schedules
+from reminders.errors import InvalidInput
 from reminders.recurrence import Recurrence
 from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
@@ -230,3 +232,18 @@ def _urls(h: Harness) -> Any:
     from reminders.config import QueueUrls
 
     return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+
+
+def test_retrying_an_old_occurrence_beside_a_pending_one_is_refused(harness: Harness) -> None:
+    h = harness
+    url = register(h, h.receiver.hook_url("gone-daily", codes=[410]))
+    recurring(h, "gone", "FREQ=DAILY;BYHOUR=9;BYMINUTE=0", "UTC", "2027-03-02T09:00", url=url)
+    run_at(h, utc(2027, 3, 2, 9))
+    (failed, _next) = series(h, "gone")
+    assert failed[1] == "failed" and pending(h, "gone") == [utc(2027, 3, 3, 9)]
+    key = db.fetch_all(h.conn, "deliveries_of_schedule", {"key": "gone",
+                                                           "tenant": "acme"})[0]["delivery_key"]
+    with pytest.raises(InvalidInput, match="already has a pending delivery"):
+        operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
+                           reason="endpoint fixed", now=h.clock.now())
+    assert pending(h, "gone") == [utc(2027, 3, 3, 9)]
