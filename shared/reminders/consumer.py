@@ -118,11 +118,16 @@ def deliver(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage
                                                "detail": decision.reason})
         return decision.state if settled else "fenced"
 
-    attempt = db.fetch_one(conn, "attempt_start", {"id": row["id"], "token": token, "now": now})
-    if attempt is None:  # the lease was taken over or settled since the batch was read
+    channel = rt.channels[row["channel"]]
+    if row["open_attempt"]:
+        parked = close_open_attempt(conn, row, token, channel.honours_idempotency_key, now)
+        if parked is not None:
+            return parked
+    attempt = db.fetch_one(conn, "attempt_start", {"id": row["id"], "token": token, "now": now,
+                                                   "attempts_made": row["attempts_made"]})
+    if attempt is None:  # the lease was taken over, settled or tried since the batch was read
         logger.warning("attempt refused by fence", extra={"delivery_key": row["delivery_key"]})
         return "fenced"
-    channel = rt.channels[row["channel"]]
     outgoing = Message(
         delivery_key=row["delivery_key"], tenant=row["tenant"], kind=row["kind"],
         recipient=row["recipient"], destination=row["destination"], payload=row["payload"],
@@ -150,6 +155,23 @@ def deliver(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage
         "delivery_key": row["delivery_key"], "outcome": result.outcome.value, "state": state,
         "detail": result.detail, "fenced": not settled})
     return state if settled else "fenced"
+
+
+UNRECORDED = "a previous try started a send and did not record its outcome"
+
+
+def close_open_attempt(conn: db.Connection, row: db.Row, token: Any, idempotent: bool,
+                       now: datetime) -> str | None:
+    """A try under this lease crashed mid-send. With a channel that deduplicates on the key,
+    close it as unknown and go on (None); otherwise park the delivery as ``unknown``."""
+    with db.transaction(conn):
+        db.execute(conn, "attempts_close_open", {"id": row["id"], "tenant": row["tenant"],
+                                                 "token": token, "now": now})
+        if idempotent:  # resent with the same key; the closed attempt stays counted
+            return None
+        settled = settle(conn, row, token, "unknown",
+                         f"{UNRECORDED}; not resent: the channel cannot deduplicate", None, now)
+    return "unknown" if settled else "fenced"
 
 
 def _outcome_state(rt: Runtime, row: db.Row, attempts_made: int, result: SendResult,

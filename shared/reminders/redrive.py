@@ -11,7 +11,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from reminders import db
 from reminders.batch import partial_response, read
-from reminders.consumer import content_check, settle
+from reminders.consumer import close_open_attempt, content_check, settle
 from reminders.errors import InvalidInput
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
@@ -70,6 +70,12 @@ def decide(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage,
             return _drop(conn, row, now, check.reason, message_id)
         # The kind's budget, capped by the deployment's (REMINDERS_REDRIVE_BUDGET; 0 stops all).
         budget = min(row["redrive_budget"], rt.settings.limits.redrive_budget)
+        if row["open_attempt"]:
+            channel = rt.channels[row["channel"]]
+            if close_open_attempt(conn, row, token, channel.honours_idempotency_key,
+                                  now) is not None:
+                return _drop(conn, row, now, "a send may have happened: parked as unknown",
+                             message_id)
         if row["redrives"] >= budget:
             reason = f"redrive budget spent ({row['redrives']} of {budget})"
             settle(conn, row, token, "dead", reason, None, now)

@@ -130,7 +130,7 @@ def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness:
     # Start the attempt and send, then "crash" before recording the outcome.
     attempt = db.fetch_one(h.conn, "attempt_start", {"id": lease.delivery_id,
                                                      "token": lease.lease_token,
-                                                     "now": h.clock.now()})
+                                                     "now": h.clock.now(), "attempts_made": 0})
     assert attempt is not None
     from reminders.channels.base import Message
 
@@ -159,7 +159,8 @@ def test_send_then_crash_on_a_channel_without_keys_is_parked_unknown(harness: Ha
     body = json.loads(msg["Body"])
     assert db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
                                                   "token": body["lease_token"],
-                                                  "now": h.clock.now()}) is not None
+                                                  "now": h.clock.now(),
+                                                  "attempts_made": 0}) is not None
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     assert tick(h)["reclaimed"] == {"unknown": 1}
     row = delivery(h, key)
@@ -185,7 +186,8 @@ def test_stale_lease_holder_write_is_refused(harness: Harness) -> None:
         "reason": "stale holder", "due_at": None, "now": h.clock.now()})
     assert refused is None
     assert db.fetch_one(h.conn, "attempt_start", {"id": row["id"], "token": old_token,
-                                                  "now": h.clock.now()}) is None
+                                                  "now": h.clock.now(),
+                                                  "attempts_made": 0}) is None
     after = delivery(h, key)
     assert after["state"] == "leased" and after["lease_token"] == new_token
     assert attempts(h, key) == []
@@ -505,7 +507,7 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
     for body in bodies(take_messages(h, n=2)):  # both crash after starting their attempt
         db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
                                                "token": body["lease_token"],
-                                               "now": h.clock.now()})
+                                               "now": h.clock.now(), "attempts_made": 0})
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     tick(h)
     parked = operator.in_state(h.conn, state="unknown", tenant="acme", limit=10)
@@ -559,3 +561,88 @@ def test_deployment_redrive_budget_caps_every_kind(harness: Harness, database_ur
     work(h)
     row = delivery(h, key)
     assert row["state"] == "dead" and row["reason"] == "redrive budget spent (0 of 0)"
+
+
+def _crash_mid_send(h: Harness) -> dict[str, Any]:
+    """Take the queued message, start its attempt as a consumer would, then 'crash' (the
+    message comes back after its visibility timeout)."""
+    (msg,) = take_messages(h)
+    body = json.loads(msg["Body"])
+    row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
+    assert db.fetch_one(h.conn, "attempt_start", {
+        "id": body["delivery_id"], "token": body["lease_token"], "now": h.clock.now(),
+        "attempts_made": row["attempts_made"]}) is not None
+    h.rt.deliveries.send_raw(msg["Body"], {})
+    return msg
+
+
+def test_redelivered_message_after_a_crash_mid_send_is_parked_without_keys(
+        harness: Harness) -> None:
+    h = harness
+    result = schedules.schedule(h.conn, tenant="acme", recipients=["gail@example.com"],
+                                channel="email", at=h.clock.now(), now=h.clock.now(), key="mid")
+    key = result.deliveries[0].delivery_key
+    tick(h)
+    _crash_mid_send(h)
+    work(h)  # the same message again, lease still live: no second e-mail
+    row = delivery(h, key)
+    assert row["state"] == "unknown" and "did not record its outcome" in row["reason"]
+    assert [a["outcome"] for a in attempts(h, key)] == ["unknown"]
+
+
+@pytest.mark.resends_allowed
+def test_redelivered_message_after_a_crash_mid_send_resends_with_the_key(
+        harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "mid-hook")
+    tick(h)
+    _crash_mid_send(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent"
+    assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "sent"]
+    assert effects(h) == {key: 1}
+
+
+def test_two_copies_of_one_message_in_flight_start_one_attempt(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "twins")
+    tick(h)
+    (msg,) = take_messages(h)
+    body = json.loads(msg["Body"])
+    row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
+    lease = LeaseMessage(int(body["delivery_id"]), _uuid(body["lease_token"]))
+    webhook = h.rt.channels["webhook"]
+    seen: list[str] = []
+
+    class SecondCopyArrivesMidSend:
+        """While the first copy is sending, the second copy (read before either started) is
+        processed by another consumer."""
+
+        name = "webhook"
+        honours_idempotency_key = True
+
+        def send(self, message: Any, now: Any) -> Any:
+            h.rt.channels = {**h.rt.channels, "webhook": webhook}
+            seen.append(consumer.deliver(h.rt, h.conn, dict(row), lease))
+            return webhook.send(message, now)
+
+    h.rt.channels = {**h.rt.channels, "webhook": SecondCopyArrivesMidSend()}
+    first = consumer.deliver(h.rt, h.conn, dict(row), lease)
+    assert (first, seen) == ("sent", ["fenced"])
+    assert len(attempts(h, key)) == 1 and effects(h) == {key: 1}
+
+
+def test_redrive_never_replays_a_send_that_may_have_happened(harness: Harness) -> None:
+    h = harness
+    result = schedules.schedule(h.conn, tenant="acme", recipients=["hal@example.com"],
+                                channel="email", at=h.clock.now(), now=h.clock.now(), key="dlq-em")
+    key = result.deliveries[0].delivery_key
+    tick(h)
+    msg = _crash_mid_send(h)
+    take_messages(h)  # it failed maxReceiveCount times...
+    h.sqs().send_message(QueueUrl=h.rt.dlq.url, MessageBody=msg["Body"])  # ...and was moved
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "unknown" and row["redrives"] == 0
+    assert [e["detail"].split(" (message")[0] for e in events(h, key)
+            if e["actor"] == "redrive"] == ["a send may have happened: parked as unknown"]

@@ -247,6 +247,8 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
+       exists (select 1 from attempts a where a.delivery_id = d.id
+               and a.lease_token = d.lease_token and a.finished_at is null) as open_attempt,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
        e.secret as endpoint_secret
@@ -262,15 +264,25 @@ left join lateral (
 where d.id = any(%(ids)s::bigint[]);
 
 -- name: attempt_start
--- Fenced: appends the attempt only while the lease is still ours; committed before the send.
+-- Fenced: appends the attempt only while the lease is still ours and nobody else started one
+-- since the row was read (two copies of one message racing: one wins); committed before the
+-- send.
 with d as (
     update deliveries set attempts_made = attempts_made + 1, updated_at = %(now)s
     where id = %(id)s and lease_token = %(token)s and state = 'leased'
+      and attempts_made = %(attempts_made)s
     returning id, tenant, attempts_made
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
 select d.tenant, d.id, d.attempts_made, %(token)s, %(now)s from d
 returning id, attempt_no;
+
+-- name: attempts_close_open
+-- A try under this lease started a send and never recorded its outcome (it crashed).
+update attempts set finished_at = %(now)s, outcome = 'unknown',
+                    detail = 'the try stopped before recording its outcome'
+where delivery_id = %(id)s and tenant = %(tenant)s and lease_token = %(token)s
+  and finished_at is null;
 
 -- name: attempt_finish
 update attempts set finished_at = %(now)s, outcome = %(outcome)s, status_code = %(status_code)s,
