@@ -12,6 +12,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from reminders import db, retry
 from reminders.batch import partial_response, read
 from reminders.channels.base import Message, Outcome, SendResult
+from reminders.clock import iso
 from reminders.errors import InvalidInput, NotFound
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
@@ -53,7 +54,7 @@ def content_check(row: db.Row, now: datetime) -> Decision:
     stale_after = row["stale_after"]
     if stale_after is not None and now > row["occurrence_at"] + stale_after:
         return Decision("settle", "stale", f"missed its window: due "
-                                           f"{row['occurrence_at']:%Y-%m-%dT%H:%M:%SZ}, "
+                                           f"{iso(row['occurrence_at'])}, "
                                            f"stale after {stale_after}")
     if row["recurring"]:
         from reminders.series import superseded_by
