@@ -222,7 +222,8 @@ from due where d.id = due.id
 returning d.id, d.lease_token, d.due_at;
 
 -- name: lease_release
--- Fenced: hands back leases whose message never reached the queue.
+-- Fenced: hands back leases whose message never reached the queue (or a paused tenant's).
+-- CROSS-TENANT by (id, token): only the holder of those leases knows the tokens.
 update deliveries d set
     state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
     reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s
