@@ -178,18 +178,17 @@ def _kind_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_kinds_set(args: argparse.Namespace) -> int:
-    from reminders import db
+    from reminders import schedules
 
-    given = args.stale_after is not None
-    stale = parse_duration(args.stale_after, "--stale-after") if given else None
+    stale = (schedules.KEEP if args.stale_after is None
+             else parse_duration(args.stale_after, "--stale-after"))
     base = parse_duration(args.backoff_base, "--backoff-base") if args.backoff_base else None
     cap = parse_duration(args.backoff_cap, "--backoff-cap") if args.backoff_cap else None
     with _conn() as conn:
-        row = db.fetch_one(conn, "kind_upsert", {
-            "name": args.name, "stale_after": stale, "stale_after_given": given,
-            "max_attempts": args.max_attempts, "redrive_budget": args.redrive_budget,
-            "backoff_base": base, "backoff_cap": cap, "now": _now()})
-    assert row is not None
+        row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
+                                 max_attempts=args.max_attempts,
+                                 redrive_budget=args.redrive_budget, backoff_base=base,
+                                 backoff_cap=cap)
     emit(args, _kind_json(row), f"kind {row['name']}: {_kind_json(row)}")
     return 0
 

@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from reminders import db
@@ -359,3 +359,37 @@ def set_tenant_paused(conn: db.Connection, *, tenant: str, paused: bool) -> None
     with db.transaction(conn):
         db.execute(conn, "tenant_ensure", {"tenant": tenant})
         db.execute(conn, "tenant_set_paused", {"tenant": tenant, "paused": paused})
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = _Keep()  # "leave as it is" for set_kind's stale_after, where None means "never stale"
+
+
+def set_kind(conn: db.Connection, *, name: str, now: datetime,
+             stale_after: timedelta | _Keep | None = KEEP, max_attempts: int | None = None,
+             redrive_budget: int | None = None, backoff_base: timedelta | None = None,
+             backoff_cap: timedelta | None = None) -> db.Row:
+    """Create or change a kind of reminder; what is not given keeps its value (or default)."""
+    if not re.match(r"^[a-z0-9][a-z0-9_.-]{0,62}$", name or ""):
+        raise InvalidInput(f"kind name must be 1-63 of a-z 0-9 _ . - , got {name!r}")
+    if max_attempts is not None and not 1 <= max_attempts <= 100:
+        raise InvalidInput(f"max attempts must be between 1 and 100, got {max_attempts}")
+    if redrive_budget is not None and not 0 <= redrive_budget <= 100:
+        raise InvalidInput(f"redrive budget must be between 0 and 100, got {redrive_budget}")
+    for label, value in (("stale after", stale_after), ("backoff base", backoff_base),
+                         ("backoff cap", backoff_cap)):
+        if isinstance(value, timedelta) and value <= timedelta(0):
+            raise InvalidInput(f"{label} must be positive, got {value}")
+    if backoff_base and backoff_cap and backoff_base > backoff_cap:
+        raise InvalidInput(f"backoff base {backoff_base} is above the cap {backoff_cap}")
+    row = db.fetch_one(conn, "kind_upsert", {
+        "name": name, "stale_after": None if isinstance(stale_after, _Keep) else stale_after,
+        "stale_after_given": not isinstance(stale_after, _Keep), "max_attempts": max_attempts,
+        "redrive_budget": redrive_budget, "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap, "now": now})
+    assert row is not None
+    return row

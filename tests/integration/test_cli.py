@@ -3,71 +3,21 @@ environment, JSON on stdout, and one clear line on stderr for a bad argument."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reminders import config, db, schedules
+from reminders import db, schedules
 from reminders.channels.signing import new_secret
-from reminders.local.stack import AWS_TEST_ENV
 from reminders.operator import STATES
 from tests.conftest import T0
+from tests.integration.cli_helpers import Cli, base_env
 
 DUE = "2027-03-01T09:05:00Z"
 URL = "https://hooks.example.com/reminders"
-NOW = "2027-03-01T09:00:00Z"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        assert self.code == 0, self.err
-        assert self.err == "", self.err
-        return json.loads(self.out)
-
-
-@dataclass
-class Cli:
-    env: dict[str, str]
-
-    def __call__(self, *args: str, now: str = NOW, **extra: str) -> Result:
-        env = {**self.env, "REMINDERS_NOW": now, **extra}
-        proc = subprocess.run([sys.executable, "-m", "reminders.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
-        return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-def base_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REMINDERS_", "AWS_")) and k != "DATABASE_URL"}
-    env["REMINDERS_HOME"] = str(tmp_path / "home")  # never a running local stack
-    return env
-
-
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Cli:
-    return Cli({**base_env(tmp_path), "DATABASE_URL": database_url})
-
-
-@pytest.fixture
-def aws_cli(cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> Cli:
-    return Cli({**cli.env, **AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
-                "REMINDERS_QUEUE_URL": queue_urls.deliveries,
-                "REMINDERS_DLQ_URL": queue_urls.dlq,
-                "REMINDERS_PARKING_QUEUE_URL": queue_urls.parking,
-                "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
 
 
 def only_schedule_id(conn: db.Connection) -> int:

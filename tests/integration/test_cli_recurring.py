@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from reminders import __version__, config, db
-from reminders.local.stack import AWS_TEST_ENV
+from reminders import __version__, db
 from reminders.operator import STATES
 from reminders.timezones import tzdata_version
-from tests.integration.test_cli import NOW, Cli, Result, base_env
+from tests.integration.cli_helpers import NOW, Cli, Result, base_env
 
 WEEKLY = "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0"
 BERLIN_WEEKLY = ["--rrule", WEEKLY, "--tz", "Europe/Berlin", "--start", "2027-03-15T09:00"]
@@ -26,20 +25,6 @@ FIRST_STAMP = "20270315T080000Z"
 def bare(tmp_path: Path) -> Cli:
     """No database and no local stack: commands that need neither must still work."""
     return Cli(base_env(tmp_path))
-
-
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Cli:
-    return Cli({**base_env(tmp_path), "DATABASE_URL": database_url})
-
-
-@pytest.fixture
-def aws_cli(cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> Cli:
-    return Cli({**cli.env, **AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
-                "REMINDERS_QUEUE_URL": queue_urls.deliveries,
-                "REMINDERS_DLQ_URL": queue_urls.dlq,
-                "REMINDERS_PARKING_QUEUE_URL": queue_urls.parking,
-                "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from reminders import db
 from reminders.local import stack
 from reminders.operator import STATES
 from reminders.timezones import tzdata_version
-from tests.integration.test_cli import Result, base_env
+from tests.integration.cli_helpers import Result, base_env
 
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",

@@ -283,10 +283,8 @@ def test_permanent_rejection_is_not_retried(harness: Harness) -> None:
 
 def test_retry_budget_spent_is_dead(harness: Harness) -> None:
     h = harness
-    db.fetch_one(h.conn, "kind_upsert", {
-        "name": "twice", "stale_after": None, "stale_after_given": True, "max_attempts": 2,
-        "redrive_budget": None, "backoff_base": timedelta(seconds=5),
-        "backoff_cap": timedelta(seconds=5), "now": h.clock.now()})
+    schedules.set_kind(h.conn, name="twice", now=h.clock.now(), max_attempts=2,
+                       backoff_base=timedelta(seconds=5), backoff_cap=timedelta(seconds=5))
     url = register(h, h.receiver.hook_url("down", codes=[503]))
     (key,) = schedule_webhook(h, "down", url=url, kind="twice")
     run_minutes(h, 3)
@@ -296,10 +294,7 @@ def test_retry_budget_spent_is_dead(harness: Harness) -> None:
 
 def test_retry_past_the_staleness_deadline_is_parked_stale(harness: Harness) -> None:
     h = harness
-    db.fetch_one(h.conn, "kind_upsert", {
-        "name": "trip", "stale_after": timedelta(minutes=1), "stale_after_given": True,
-        "max_attempts": None, "redrive_budget": None, "backoff_base": None, "backoff_cap": None,
-        "now": h.clock.now()})
+    schedules.set_kind(h.conn, name="trip", now=h.clock.now(), stale_after=timedelta(minutes=1))
     url = register(h, h.receiver.hook_url("slow", codes=[429, 200], retry_after=600))
     (key,) = schedule_webhook(h, "trip", url=url, kind="trip")
     tick(h)
@@ -416,9 +411,7 @@ def test_dlq_message_still_deliverable_is_replayed_with_the_same_key(harness: Ha
 
 def test_dlq_replay_beyond_the_redrive_budget_is_dead(harness: Harness) -> None:
     h = harness
-    db.fetch_one(h.conn, "kind_upsert", {
-        "name": "once", "stale_after": None, "stale_after_given": True, "max_attempts": None,
-        "redrive_budget": 0, "backoff_base": None, "backoff_cap": None, "now": h.clock.now()})
+    schedules.set_kind(h.conn, name="once", now=h.clock.now(), redrive_budget=0)
     (key,) = schedule_webhook(h, "dlq3", kind="once")
     tick(h)
     _to_dlq(h)

@@ -28,10 +28,7 @@ def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> date
 
 
 def kind(h: Harness, name: str, stale_after: timedelta | None) -> None:
-    db.fetch_one(h.conn, "kind_upsert", {
-        "name": name, "stale_after": stale_after, "stale_after_given": True,
-        "max_attempts": None, "redrive_budget": None, "backoff_base": None,
-        "backoff_cap": None, "now": h.clock.now()})
+    schedules.set_kind(h.conn, name=name, now=h.clock.now(), stale_after=stale_after)
 
 
 def recurring(h: Harness, key: str, rule: str, tz: str, start: str, *,

@@ -41,10 +41,8 @@ def _setup(conn: db.Connection, rcv: str, secret: str, now: datetime) -> list[Ca
         db.execute(conn, "endpoint_add", {"tenant": None, "url": url, "secret": secret})
         return url
 
-    db.fetch_one(conn, "kind_upsert", {
-        "name": "trip-tomorrow", "stale_after": timedelta(hours=1), "stale_after_given": True,
-        "max_attempts": 5, "redrive_budget": 2, "backoff_base": None, "backoff_cap": None,
-        "now": now})
+    schedules.set_kind(conn, name="trip-tomorrow", now=now, stale_after=timedelta(hours=1),
+                       max_attempts=5, redrive_budget=2)
     cases: list[Case] = []
 
     def add(name: str, expect: str, key: str, **kw: Any) -> None:

@@ -1,0 +1,25 @@
+"""Fixtures the integration tests share beyond the top-level ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reminders import config
+from reminders.local.stack import AWS_TEST_ENV
+from tests.integration.cli_helpers import Cli, base_env
+
+
+@pytest.fixture
+def cli(database_url: str, tmp_path: Path) -> Cli:
+    return Cli({**base_env(tmp_path), "DATABASE_URL": database_url})
+
+
+@pytest.fixture
+def aws_cli(cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> Cli:
+    return Cli({**cli.env, **AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
+                "REMINDERS_QUEUE_URL": queue_urls.deliveries,
+                "REMINDERS_DLQ_URL": queue_urls.dlq,
+                "REMINDERS_PARKING_QUEUE_URL": queue_urls.parking,
+                "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
