@@ -302,11 +302,11 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
         if at is not None:  # a new instant: everybody gets it
             chosen = everyone
             plan: Plan = [(at, "scheduled", None)] * len(chosen)
-        elif rec is not None:  # a new rule: recompute the pending ones from now
+        elif rec is not None:  # a new rule: every recipient's series restarts from now
             from reminders.series import first_due
 
-            first = first_due(rec, now)
-            chosen = [r for r in everyone if r["recipient"] in pending] if first else []
+            first = first_due(rec, now, inclusive=False)
+            chosen = everyone if first else []
             plan = [(first.utc, "scheduled", None)] * len(chosen) if first else []
         else:  # a new revision: the pending ones, same instant, new content
             chosen = [r for r in everyone if r["recipient"] in pending]
@@ -316,6 +316,8 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                                  recipients=[r["recipient"] for r in chosen],
                                  destinations=[r["destination"] for r in chosen],
                                  plan=plan, now=now)
+        if rec is not None and not refs:  # the new rule has nothing left to deliver
+            db.execute(conn, "schedule_end", {"id": current["id"], "tenant": tenant, "now": now})
     return ScheduleResult(tenant, key, int(current["id"]), True, refs)
 
 

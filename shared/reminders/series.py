@@ -23,9 +23,10 @@ def recurrence_of(row: db.Row) -> Recurrence:
                       gap=row["gap_policy"], overlap=row["overlap_policy"])
 
 
-def first_due(rec: Recurrence, now: datetime) -> Occurrence | None:
-    """A new (or re-ruled) series starts at its first occurrence at or after now."""
-    return rec.next_after(now - timedelta(microseconds=1))
+def first_due(rec: Recurrence, now: datetime, *, inclusive: bool = True) -> Occurrence | None:
+    """A new series starts at its first occurrence at or after now; a re-ruled one strictly
+    after now (what was due at this very instant went out under the old rule)."""
+    return rec.next_after(now - timedelta(microseconds=1) if inclusive else now)
 
 
 def superseded_by(row: db.Row, now: datetime) -> Occurrence | None:

@@ -244,3 +244,17 @@ def test_retrying_an_old_occurrence_beside_a_pending_one_is_refused(harness: Har
         operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
                            reason="endpoint fixed", now=h.clock.now())
     assert pending(h, "gone") == [utc(2027, 3, 3, 9)]
+
+
+def test_a_new_rule_restarts_an_ended_series(harness: Harness) -> None:
+    h = harness
+    recurring(h, "short", "FREQ=DAILY;COUNT=1;BYHOUR=9;BYMINUTE=0", "UTC", "2027-03-02T09:00")
+    run_at(h, utc(2027, 3, 2, 9))
+    row = db.fetch_one(h.conn, "schedule_get", {"tenant": "acme", "schedule_key": "short"})
+    assert row is not None and row["state"] == "ended" and pending(h, "short") == []
+    schedules.reschedule(h.conn, tenant="acme", key="short", now=h.clock.now(),
+                         recurrence=Recurrence.parse("FREQ=WEEKLY;BYHOUR=9;BYMINUTE=0", "UTC",
+                                                     "2027-03-02T09:00"))
+    row = db.fetch_one(h.conn, "schedule_get", {"tenant": "acme", "schedule_key": "short"})
+    assert row is not None and row["state"] == "active"
+    assert pending(h, "short") == [utc(2027, 3, 9, 9)]

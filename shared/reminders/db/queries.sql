@@ -83,7 +83,7 @@ where d.delivery_key = %(key)s;
 update schedules set
     at = %(at)s, rrule = %(rrule)s, tz = %(tz)s, local_start = %(local_start)s,
     gap_policy = %(gap)s, overlap_policy = %(overlap)s, revision = %(revision)s,
-    generation = generation + 1, updated_at = %(now)s
+    generation = generation + 1, state = 'active', updated_at = %(now)s
 where id = %(id)s and tenant = %(tenant)s
 returning id, generation;
 
