@@ -189,7 +189,9 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap)
-    emit(args, _kind_json(row), f"kind {row['name']}: {_kind_json(row)}")
+    data = _kind_json(row)
+    emit(args, data, f"kind {row['name']}: " + ", ".join(
+        f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "name"))
     return 0
 
 

@@ -318,7 +318,7 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                                  plan=plan, now=now)
         if rec is not None and not refs:  # the new rule has nothing left to deliver
             db.execute(conn, "schedule_end", {"id": current["id"], "tenant": tenant, "now": now})
-    return ScheduleResult(tenant, key, int(current["id"]), True, refs)
+    return ScheduleResult(tenant, key, int(current["id"]), False, refs)
 
 
 def cancel(conn: db.Connection, *, tenant: str, key: str, now: datetime) -> int:

@@ -99,7 +99,7 @@ def test_reschedule_cancel_and_opt_out(cli: Cli, conn: db.Connection) -> None:
 
     moved = cli("reschedule", "k1", "--at", "2027-03-02T08:00:00+01:00", "--json").json()
     new_key = f"schedule:{sid}/1:20270302T070000Z:alice:webhook"
-    assert moved == {"tenant": "acme", "schedule_key": "k1", "created": True,
+    assert moved == {"tenant": "acme", "schedule_key": "k1", "created": False,
                      "delivery_key": new_key,
                      "deliveries": [{"recipient": "alice", "delivery_key": new_key,
                                      "due_at": "2027-03-02T07:00:00Z", "state": "scheduled"}]}
