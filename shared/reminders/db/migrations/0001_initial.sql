@@ -57,7 +57,7 @@ create table schedules (
 
 create table schedule_recipients (
     schedule_id  bigint not null references schedules (id),
-    tenant       text not null,
+    tenant       text not null references tenants (id),
     recipient    text not null check (recipient <> '' and length(recipient) <= 320),
     destination  text not null,
     primary key (schedule_id, recipient)
@@ -74,7 +74,7 @@ create table opt_outs (
 -- One occurrence for one recipient on one channel.
 create table deliveries (
     id                bigint generated always as identity primary key,
-    tenant            text not null,
+    tenant            text not null references tenants (id),
     schedule_id       bigint not null references schedules (id),
     generation        integer not null,
     recipient         text not null,
@@ -107,7 +107,7 @@ create unique index deliveries_one_pending on deliveries (schedule_id, recipient
 -- The ledger: one row per try, appended before the send and completed after it.
 create table attempts (
     id            bigint generated always as identity primary key,
-    tenant        text not null,
+    tenant        text not null references tenants (id),
     delivery_id   bigint not null references deliveries (id),
     attempt_no    integer not null,
     lease_token   uuid not null,
@@ -124,7 +124,7 @@ create index attempts_open on attempts (delivery_id) where finished_at is null;
 -- Decisions that changed no attempt: re-check suppressions, redrive replays and drops.
 create table delivery_events (
     id           bigint generated always as identity primary key,
-    tenant       text not null,
+    tenant       text not null references tenants (id),
     delivery_id  bigint not null references deliveries (id),
     at           timestamptz not null,
     actor        text not null check (actor in ('scanner', 'consumer', 'redrive', 'api', 'operator')),
