@@ -3,9 +3,9 @@
 from typing import Any
 
 from reminders import consumer, runtime
-from reminders.observability import logger
+from reminders.observability import EmfMetrics, logger
 
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return consumer.process_batch(event, runtime.current(), context)
+    return consumer.process_batch(event, runtime.current(metrics_factory=EmfMetrics), context)

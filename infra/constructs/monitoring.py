@@ -257,6 +257,11 @@ def _function_alarms(label: str, function: lambda_.IFunction) -> list[AlarmSpec]
     ]
 
 
+# The consumer's per-batch counts (reminders.consumer.OUTCOME_METRICS), by metric name.
+DELIVERY_OUTCOMES = ("Sent", "Retrying", "Failed", "Suppressed", "Stale", "Unknown", "Dead",
+                     "Fenced", "MessagesIgnored", "MessagesFailed")
+
+
 def _dashboard(
     scope: Construct,
     queues: Queues,
@@ -321,6 +326,22 @@ def _dashboard(
                 if name.endswith("Throttles")
             ],
             width=8,
+        ),
+    )
+    dashboard.add_widgets(
+        cw.GraphWidget(
+            title="Delivery outcomes per minute (consumer)",
+            left=[
+                cw.Metric(
+                    namespace=METRICS_NAMESPACE,
+                    metric_name=name,
+                    dimensions_map={"service": SERVICE_NAME},
+                    statistic=cw.Stats.SUM,
+                    period=ONE_MINUTE,
+                )
+                for name in DELIVERY_OUTCOMES
+            ],
+            width=24,
         ),
     )
     return dashboard

@@ -3,6 +3,7 @@ attempt, send once through the channel, record the outcome. Fenced on the lease 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +20,11 @@ from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 ACTIVE = ("scheduled", "leased", "retrying")
+# What one message came to, as a metric per batch: the states, plus what wrote nothing.
+OUTCOME_METRICS = {"sent": "Sent", "retrying": "Retrying", "failed": "Failed",
+                   "suppressed": "Suppressed", "stale": "Stale", "unknown": "Unknown",
+                   "dead": "Dead", "ignored": "MessagesIgnored", "fenced": "Fenced",
+                   "released": "Released"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     """Handle one SQS batch; return the partial batch response."""
     conn = rt.connection()
     batch = read(event, conn)
+    outcomes: Counter[str] = Counter()
 
     def handle(record: SQSRecord) -> None:
         message = batch.messages[record.message_id]
@@ -88,9 +95,14 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
                                                     "delivery_id": message.delivery_id})
             raise NotFound(f"message {record.message_id}: no delivery with id "
                            f"{message.delivery_id}")
-        deliver(rt, conn, row, message)
+        outcomes[deliver(rt, conn, row, message)] += 1
 
-    return partial_response(event, handle, context)
+    answer = partial_response(event, handle, context)
+    for outcome, count in outcomes.items():
+        rt.metrics.put(OUTCOME_METRICS[outcome], count)
+    rt.metrics.put("MessagesFailed", len(answer.get("batchItemFailures", [])))
+    rt.metrics.flush()
+    return answer
 
 
 def deliver(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage) -> str:

@@ -18,9 +18,16 @@ NAMESPACE = "Reminders"
 class Metrics(Protocol):
     def put(self, name: str, value: float, unit: str = "Count") -> None: ...
 
+    def flush(self) -> None:
+        """Publish what was put since the last flush (one EMF record in Lambda)."""
+        ...
+
 
 class NoMetrics:
     def put(self, name: str, value: float, unit: str = "Count") -> None:
+        return None
+
+    def flush(self) -> None:
         return None
 
 
@@ -34,6 +41,8 @@ class EmfMetrics:
 
     def put(self, name: str, value: float, unit: str = "Count") -> None:
         self._metrics.add_metric(name=name, unit=unit, value=value)
+
+    def flush(self) -> None:
         self._metrics.flush_metrics()
 
 
@@ -47,3 +56,6 @@ class CloudWatchMetrics:
         self._client.put_metric_data(Namespace=NAMESPACE, MetricData=[{
             "MetricName": name, "Value": value, "Unit": unit,
             "Dimensions": [{"Name": "service", "Value": "reminders"}]}])
+
+    def flush(self) -> None:
+        return None

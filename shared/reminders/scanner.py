@@ -68,6 +68,7 @@ def tick(rt: Runtime) -> TickSummary:
     rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("PublishRejected", len(rejected))
+    rt.metrics.flush()
     logger.info("scanner tick", extra=summary.as_json())
     return summary
 

@@ -484,6 +484,16 @@ def test_one_dashboard_and_the_outputs_operators_need(default: Synthesized) -> N
     } <= set(default.json["Outputs"])
 
 
+def test_dashboard_graphs_every_outcome_the_consumer_counts(default: Synthesized) -> None:
+    from reminders.consumer import OUTCOME_METRICS
+
+    (dashboard,) = default.resources("AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = "".join(p for p in parts if isinstance(p, str))
+    wanted = {*OUTCOME_METRICS.values(), "MessagesFailed", "OldestOverdueSeconds"} - {"Released"}
+    assert {name for name in wanted if f'"{name}"' in body} == wanted
+
+
 def test_synth_is_pinned_to_context_account_region_and_zones(
     default: Synthesized, switched: Synthesized
 ) -> None:

@@ -639,3 +639,33 @@ def test_redrive_never_replays_a_send_that_may_have_happened(harness: Harness) -
     assert row["state"] == "unknown" and row["redrives"] == 0
     assert [e["detail"].split(" (message")[0] for e in events(h, key)
             if e["actor"] == "redrive"] == ["a send may have happened: parked as unknown"]
+
+
+class RecordingMetrics:
+    """A metrics port that keeps what was put, flush by flush."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, float] = {}
+        self.flushed: list[dict[str, float]] = []
+
+    def put(self, name: str, value: float, unit: str = "Count") -> None:
+        self.pending[name] = value
+
+    def flush(self) -> None:
+        self.flushed.append(self.pending)
+        self.pending = {}
+
+
+def test_consumer_counts_outcomes_per_batch(harness: Harness) -> None:
+    h = harness
+    metrics = RecordingMetrics()
+    h.rt.metrics = metrics
+    schedule_webhook(h, "metrics", recipients=["a", "b"])
+    schedules.opt_out(h.conn, tenant="acme", recipient="b", channel="webhook",
+                      now=h.clock.now())
+    tick(h)
+    h.rt.deliveries.send_raw("{not json", {})
+    messages = take_messages(h, n=3)
+    consumer.process_batch(event_for(h, messages), h.rt)
+    assert metrics.flushed[-1] == {"Sent": 1, "Suppressed": 1, "MessagesFailed": 1}
+    assert metrics.flushed[0]["Leased"] == 2  # the scanner's tick flushed first
