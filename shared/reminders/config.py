@@ -21,6 +21,7 @@ class Limits:
     lease_seconds: int = 300       # a lease expires this long after it is taken
     redrive_budget: int = 3        # replays from the DLQ per delivery at most (kinds may lower it)
     work_rounds: int = 10_000      # bound on local event-loop rounds
+    max_empty_leases: int = 5      # leases ending without an attempt before parking as dead
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         lease_seconds=_int(env, "REMINDERS_LEASE_SECONDS", 300, 5, 43_200),
         redrive_budget=_int(env, "REMINDERS_REDRIVE_BUDGET", 3, 0, 100),
         work_rounds=_int(env, "REMINDERS_WORK_ROUNDS", 10_000, 1, 10_000_000),
+        max_empty_leases=_int(env, "REMINDERS_MAX_EMPTY_LEASES", 5, 2, 1000),
     )
 
 

@@ -23,6 +23,7 @@ class TickSummary:
     leased: int = 0
     published: int = 0
     released: int = 0
+    poisoned: int = 0
     oldest_overdue_seconds: float = 0.0
     overdue: int = 0
 
@@ -44,11 +45,16 @@ def tick(rt: Runtime) -> TickSummary:
             "now": now, "idempotent_channels": rt.idempotent_channels})
         for row in reclaimed:
             summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
-        _advance_parked(conn, [r for r in reclaimed if r["state"] == "unknown" and r["recurring"]],
-                        now)
+        poisoned = db.fetch_all(conn, "lease_park_poisoned", {
+            "now": now, "max_empty_leases": limits.max_empty_leases,
+            "batch": limits.scan_batch})
+        summary.poisoned = len(poisoned)
+        _advance_parked(conn, [r for r in [*reclaimed, *poisoned]
+                               if r["state"] in ("unknown", "dead") and r["recurring"]], now)
         leased = db.fetch_all(conn, "lease_due", {
             "now": now, "batch": limits.scan_batch, "budget": limits.inflight_budget,
-            "queued": queued, "lease_seconds": limits.lease_seconds})
+            "queued": queued, "lease_seconds": limits.lease_seconds,
+            "max_empty_leases": limits.max_empty_leases})
     leased.sort(key=lambda r: (r["due_at"], r["id"]))
     summary.leased = len(leased)
     messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
@@ -74,7 +80,7 @@ def tick(rt: Runtime) -> TickSummary:
 
 
 def _advance_parked(conn: db.Connection, rows: list[db.Row], now: Any) -> None:
-    """A delivery parked as `unknown` still advances its recurring series."""
+    """A delivery parked by the scanner (`unknown`, `dead`) still advances its series."""
     if rows:
         from reminders.series import advance_after_terminal
 

@@ -76,7 +76,7 @@ def bench_lease(server: str) -> dict[str, float]:
                            channel="webhook", to=URL, at=NOW, now=NOW, key="due")
         conn.execute("analyze")
         params = {"now": NOW, "batch": 1000, "budget": 100_000, "queued": 0,
-                  "lease_seconds": 300}
+                  "lease_seconds": 300, "max_empty_leases": 5}
 
         def lease(c: db.Connection = conn, p: dict[str, Any] = params) -> None:
             with db.transaction(c):

@@ -90,7 +90,8 @@ def test_lease_statement_skips_rows_another_transaction_holds(harness: Harness,
     url = register(h, h.receiver.hook_url("skip"))
     schedules.schedule(h.conn, tenant="acme", recipients=["a", "b", "c", "d"], channel="webhook",
                        to=url, at=h.clock.now(), now=h.clock.now(), key="skip")
-    params = {"now": h.clock.now(), "batch": 2, "budget": 100, "queued": 0, "lease_seconds": 60}
+    params = {"now": h.clock.now(), "batch": 2, "budget": 100, "queued": 0, "lease_seconds": 60,
+              "max_empty_leases": 5}
     with db.connect(database_url) as other, db.transaction(other):
         first = db.fetch_all(other, "lease_due", params)  # holds its two rows, uncommitted
         with db.transaction(h.conn):
@@ -669,3 +670,44 @@ def test_consumer_counts_outcomes_per_batch(harness: Harness) -> None:
     consumer.process_batch(event_for(h, messages), h.rt)
     assert metrics.flushed[-1] == {"Sent": 1, "Suppressed": 1, "MessagesFailed": 1}
     assert metrics.flushed[0]["Leased"] == 2  # the scanner's tick flushed first
+
+
+def test_a_message_that_always_fails_before_a_send_is_parked_dead(harness: Harness,
+                                                                  database_url: str) -> None:
+    h = harness
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, max_empty_leases=3,
+                        lease_seconds=60)
+    (key,) = schedule_webhook(h, "poison")
+    summaries = []
+    for _ in range(4):  # every consumer that takes its message dies before attempting
+        summaries.append(tick(h))
+        take_messages(h)
+        h.clock.advance(timedelta(seconds=61))
+    assert [s["leased"] for s in summaries] == [1, 1, 1, 0]
+    assert [s["poisoned"] for s in summaries] == [0, 0, 0, 1]
+    row = delivery(h, key)
+    assert row["state"] == "dead"
+    assert row["reason"] == ("leased 3 times, 0 attempts: its message keeps failing before a "
+                             "send is tried")
+
+
+def test_a_publish_failure_does_not_count_as_an_empty_lease(harness: Harness,
+                                                             database_url: str) -> None:
+    from reminders.queue import Queue
+
+    h = harness
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, max_empty_leases=2)
+    (key,) = schedule_webhook(h, "outage")
+    good = h.rt.deliveries
+    gone = h.sqs().create_queue(QueueName="outage-vanish")["QueueUrl"]
+    h.sqs().delete_queue(QueueUrl=gone)
+    h.rt.deliveries = Queue(good.client, gone)
+    h.rt.deliveries.depth = lambda: 0  # type: ignore[method-assign]
+    for _ in range(4):  # SQS refuses for four ticks
+        assert tick(h)["released"] == 1
+    h.rt.deliveries = good
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent"

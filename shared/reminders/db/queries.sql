@@ -201,6 +201,26 @@ returning d.id, d.tenant, d.state, d.schedule_id, d.recipient,
           exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null)
               as recurring;
 
+-- name: lease_park_poisoned
+-- CROSS-TENANT, part of the scanner's pass. A delivery whose leases keep ending without an
+-- attempt is a message that fails before any send is tried (a poison pill): park it as dead
+-- instead of leasing it forever. Bounded by the batch size.
+with poisoned as (
+    select d.id from deliveries d
+    where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
+      and d.leases - d.attempts_made >= %(max_empty_leases)s
+    order by d.due_at, d.id
+    limit %(batch)s
+    for update skip locked
+)
+update deliveries d set state = 'dead', updated_at = %(now)s,
+    reason = 'leased ' || d.leases || ' times, ' || d.attempts_made
+             || ' attempts: its message keeps failing before a send is tried'
+from poisoned where d.id = poisoned.id
+returning d.id, d.tenant, d.state, d.schedule_id, d.recipient,
+          exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null)
+              as recurring;
+
 -- name: lease_due
 -- CROSS-TENANT: the one statement that picks work across tenants (paused tenants wait).
 -- Oldest due first; rows another transaction holds (an application's reschedule) are skipped.
@@ -211,13 +231,14 @@ with room as (
 ), due as (
     select d.id from deliveries d join tenants t on t.id = d.tenant
     where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s and not t.paused
+      and d.leases - d.attempts_made < %(max_empty_leases)s
     order by d.due_at, d.id
     limit (select n from room)
     for update of d skip locked
 )
 update deliveries d set state = 'leased', lease_token = gen_random_uuid(),
                         lease_expires_at = %(now)s + make_interval(secs => %(lease_seconds)s),
-                        updated_at = %(now)s
+                        leases = d.leases + 1, updated_at = %(now)s
 from due where d.id = due.id
 returning d.id, d.lease_token, d.due_at;
 
@@ -226,7 +247,8 @@ returning d.id, d.lease_token, d.due_at;
 -- CROSS-TENANT by (id, token): only the holder of those leases knows the tokens.
 update deliveries d set
     state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
-    reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s
+    reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s,
+    leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
 from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
 where d.id = r.id and d.lease_token = r.token and d.state = 'leased';
 

@@ -89,6 +89,7 @@ create table deliveries (
                           'stale', 'unknown', 'dead')),
     reason            text,
     attempts_made     integer not null default 0,
+    leases            integer not null default 0,  -- times the scanner leased it
     redrives          integer not null default 0,
     lease_token       uuid,
     lease_expires_at  timestamptz,
