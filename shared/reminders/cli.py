@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from reminders.errors import ConfigError, InvalidInput, RemindersError
+from reminders.errors import InvalidInput, RemindersError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -613,9 +613,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except (RemindersError, ConfigError) as exc:
+    except RemindersError as exc:
         sys.stderr.write(f"reminders: error: {exc}\n")
         return 2
+    except Exception as exc:
+        if type(exc).__module__.startswith("botocore"):  # an AWS call failed: say which, once
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            sys.stderr.write(f"reminders: error: AWS: {first}\n")
+            return 1
+        raise
 
 
 if __name__ == "__main__":

@@ -403,3 +403,15 @@ def test_dst_policies_without_a_rule_are_refused(cli: Cli, hook: str) -> None:
     got = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
               "--to", hook, "--at", "2027-03-15T09:00:00Z", "--gap", "skip")
     one_line_error(got, "--gap and --overlap apply to --rrule schedules only")
+
+
+def test_an_unreachable_queue_is_one_line_naming_aws(cli: Cli) -> None:
+    dead = "http://127.0.0.1:9"  # the discard port: nothing listens
+    got = cli("tick", "--json", AWS_ENDPOINT_URL=dead, AWS_ACCESS_KEY_ID="x",
+              AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1", AWS_MAX_ATTEMPTS="1",
+              REMINDERS_QUEUE_URL=f"{dead}/000000000000/q",
+              REMINDERS_DLQ_URL=f"{dead}/000000000000/d",
+              REMINDERS_PARKING_QUEUE_URL=f"{dead}/000000000000/p")
+    assert (got.code, got.out) == (1, "")
+    assert got.err.startswith("reminders: error: AWS: Could not connect to the endpoint URL")
+    assert got.err.count("\n") == 1
