@@ -137,6 +137,7 @@ def main(*, json_output: bool = False) -> int:
     report["wall_seconds"] = round(time.monotonic() - began, 1)
     report["database"] = f"demo_{run_id}"
     report["rounds"] = rounds
+    report["started_at"] = iso(start)
     rt.close()
     if not was_running:
         stack.down()
@@ -180,8 +181,11 @@ def _report(conn: db.Connection, cases: list[Case], before: dict[str, Any],
 
 
 def _text(report: dict[str, Any]) -> str:
-    lines = [f"Ran {report['simulated_minutes']} simulated minutes "
-             f"in {report['wall_seconds']}s of wall time.", ""]
+    lines = ["The whole pipeline on this machine: embedded Postgres, moto serving SQS, SES and SNS",
+             "over HTTP, a webhook receiver that checks signatures, and the real Lambda handlers.",
+             f"Simulated clock from {report['started_at']}: {report['rounds']} scanner ticks "
+             f"over {report['simulated_minutes']} minutes, in {report['wall_seconds']}s of "
+             "wall time.", ""]
     for r in report["deliveries"]:
         mark = "ok " if r["as_expected"] else "!! "
         lines.append(f"{mark}{r['case']:<42} {r['recipient']:<18} {r['state']:<10} "
