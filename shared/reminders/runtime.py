@@ -4,7 +4,7 @@ or installed by the local stack and tests (a port we own: clock, channels, metri
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,25 +40,60 @@ class Runtime:
 
     @property
     def idempotent_channels(self) -> list[str]:
+        if isinstance(self.channels, LazyChannels):
+            return self.channels.idempotent()
         return [name for name, ch in self.channels.items() if ch.honours_idempotency_key]
 
 
-def build_channels(settings: config.Settings, client: Any) -> dict[str, Channel]:
+class LazyChannels(Mapping[str, Channel]):
+    """Channels made on first use: the scanner and redrive never pay for clients they do not
+    send with (building an SES client alone costs tens of milliseconds of a cold start)."""
+
+    def __init__(self, makers: dict[str, tuple[bool, Callable[[], Channel]]]) -> None:
+        self._makers = makers  # name -> (honours the idempotency key, factory)
+        self._made: dict[str, Channel] = {}
+
+    def __getitem__(self, name: str) -> Channel:
+        if name not in self._made:
+            self._made[name] = self._makers[name][1]()
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+    def idempotent(self) -> list[str]:
+        return [name for name, (keyed, _) in self._makers.items() if keyed]
+
+
+def build_channels(settings: config.Settings, client: Any) -> LazyChannels:
     """``client(service, config)`` makes a boto3 client; channels get ones that never retry by
     themselves, so one send is one attempt in the ledger."""
-    from reminders.channels.addresses import parse_allow_list
-    from reminders.channels.aws_errors import send_client_config
-    from reminders.channels.email import SesEmailChannel
-    from reminders.channels.sms import SnsSmsChannel
-    from reminders.channels.webhook import WebhookChannel
 
-    return {
-        "webhook": WebhookChannel(allow=parse_allow_list(settings.webhook_allow),
-                                  connect_timeout=settings.webhook_connect_timeout,
-                                  read_timeout=settings.webhook_read_timeout),
-        "email": SesEmailChannel(client("sesv2", send_client_config()), settings.email_sender),
-        "sms": SnsSmsChannel(client("sns", send_client_config())),
-    }
+    def webhook() -> Channel:
+        from reminders.channels.addresses import parse_allow_list
+        from reminders.channels.webhook import WebhookChannel
+
+        return WebhookChannel(allow=parse_allow_list(settings.webhook_allow),
+                              connect_timeout=settings.webhook_connect_timeout,
+                              read_timeout=settings.webhook_read_timeout)
+
+    def email() -> Channel:
+        from reminders.channels.aws_errors import send_client_config
+        from reminders.channels.email import SesEmailChannel
+
+        return SesEmailChannel(client("sesv2", send_client_config()), settings.email_sender)
+
+    def sms() -> Channel:
+        from reminders.channels.aws_errors import send_client_config
+        from reminders.channels.sms import SnsSmsChannel
+
+        return SnsSmsChannel(client("sns", send_client_config()))
+
+    return LazyChannels({"webhook": (True, webhook), "email": (False, email),
+                         "sms": (False, sms)})
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | None = None,

@@ -305,3 +305,20 @@ def test_require_queues_names_all_three_variables() -> None:
         "no queues configured: set REMINDERS_QUEUE_URL, REMINDERS_DLQ_URL and "
         "REMINDERS_PARKING_QUEUE_URL (run `reminders local up` for local ones)"
     )
+
+
+def test_channels_are_made_on_first_use_and_keyed_ones_known_without_making_them() -> None:
+    from reminders.runtime import build_channels
+
+    made: list[str] = []
+
+    def client(service: str, client_config: object) -> object:
+        made.append(service)
+        raise AssertionError("no client should be needed to ask which channels are keyed")
+
+    settings = config.load({"DATABASE_URL": "postgresql:///x"})
+    channels = build_channels(settings, client)
+    assert channels.idempotent() == ["webhook"]
+    assert sorted(channels) == ["email", "sms", "webhook"]
+    assert channels["webhook"].honours_idempotency_key is True
+    assert made == []
