@@ -5,6 +5,8 @@ from typing import Any
 from reminders import consumer, runtime
 from reminders.observability import EmfMetrics, logger
 
+runtime.at_cold_start(metrics_factory=EmfMetrics)
+
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

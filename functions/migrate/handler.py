@@ -1,10 +1,14 @@
 """CloudFormation custom resource: apply the database migrations on create and update."""
 
+import os
 from typing import Any
 
 from reminders import config, db
 from reminders.db import migrate
 from reminders.observability import logger
+
+if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # validate the settings at cold start
+    config.load()
 
 
 @logger.inject_lambda_context

@@ -5,6 +5,8 @@ from typing import Any
 from reminders import redrive, runtime
 from reminders.observability import logger
 
+runtime.at_cold_start()
+
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

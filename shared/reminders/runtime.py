@@ -122,6 +122,16 @@ def install(runtime: Runtime | None) -> None:
     _installed = runtime
 
 
+def at_cold_start(*, metrics_factory: Any = None) -> None:
+    """In Lambda, build the runtime while the function initialises, so a missing or malformed
+    setting fails the cold start with one clear error instead of the first message. Elsewhere
+    (the local loop imports handlers before it installs a runtime) this does nothing."""
+    import os
+
+    if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        current(metrics_factory=metrics_factory)
+
+
 def current(*, metrics_factory: Any = None) -> Runtime:
     """The installed runtime, or one built from the environment on first use."""
     global _installed

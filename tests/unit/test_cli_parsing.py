@@ -322,3 +322,23 @@ def test_channels_are_made_on_first_use_and_keyed_ones_known_without_making_them
     assert sorted(channels) == ["email", "sms", "webhook"]
     assert channels["webhook"].honours_idempotency_key is True
     assert made == []
+
+
+def test_in_lambda_a_bad_setting_fails_the_cold_start_with_one_clear_error() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("REMINDERS_") and k != "DATABASE_URL"}
+    env.update({"AWS_LAMBDA_FUNCTION_NAME": "scanner", "DATABASE_URL": "postgresql:///x",
+                "REMINDERS_QUEUE_URL": "http://q", "REMINDERS_DLQ_URL": "http://d",
+                "REMINDERS_PARKING_QUEUE_URL": "http://p", "REMINDERS_SCAN_BATCH": "lots",
+                "AWS_DEFAULT_REGION": "us-east-1"})
+    for name in ("scanner", "consumer", "redrive", "migrate"):
+        done = subprocess.run([sys.executable, "-c", f"import functions.{name}.handler"],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, name
+        assert done.stderr.strip().splitlines()[-1] == (
+            "reminders.errors.ConfigError: REMINDERS_SCAN_BATCH must be a whole number, "
+            "got 'lots'"), name
