@@ -91,15 +91,19 @@ def _conn() -> Any:
     return db.connect(settings.database_url, prepare=settings.db_prepare)
 
 
-def _runtime() -> Any:
-    from reminders import runtime
-
+def _aws_environment() -> dict[str, str]:
     env = environment()
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                 "AWS_DEFAULT_REGION", "AWS_REGION"):
         if key in env:  # boto3 reads these from the process environment
             os.environ.setdefault(key, env[key])
-    return runtime.from_env(env)
+    return env
+
+
+def _runtime() -> Any:
+    from reminders import runtime
+
+    return runtime.from_env(_aws_environment())
 
 
 # ---------------------------------------------------------------- commands
@@ -378,6 +382,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         data = operator.status(conn, now=_now(), tenant=args.tenant)
+    settings = _settings()
+    if settings.queues is not None:  # the transport's view beside the authority's
+        from reminders import aws
+        from reminders.queue import Queue
+
+        _aws_environment()
+        sqs = aws.client("sqs")
+        data["queues"] = {name: Queue(sqs, url).counts() for name, url in (
+            ("deliveries", settings.queues.deliveries), ("dlq", settings.queues.dlq),
+            ("parking", settings.queues.parking))}
     emit(args, data, operator.status_text(data))
     return 0
 

@@ -32,9 +32,12 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
 
 def status_text(data: dict[str, Any]) -> str:
     states = ", ".join(f"{k} {v}" for k, v in data["by_state"].items() if v)
-    return (f"deliveries: {data['total']} ({states or 'none'})\n"
+    text = (f"deliveries: {data['total']} ({states or 'none'})\n"
             f"oldest overdue: {data['oldest_overdue_seconds']:.0f}s; "
             f"expired leases: {data['expired_leases']}")
+    for name, counts in data.get("queues", {}).items():
+        text += f"\n{name} queue: {counts['visible']} waiting, {counts['in_flight']} in flight"
+    return text
 
 
 def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:

@@ -199,6 +199,8 @@ def test_commands_find_the_running_stack_through_reminders_home(
     after = datetime.now(UTC)
     assert status["by_state"] == dict.fromkeys(STATES, 0)
     assert (status["total"], status["by_channel"], status["tzdata"]) == (0, {}, tzdata_version())
+    idle = {"visible": 0, "in_flight": 0}
+    assert status["queues"] == {"deliveries": idle, "dlq": idle, "parking": idle}
     stamp = datetime.fromisoformat(status["now"])
     assert status["now"].endswith("Z")
     assert before - timedelta(seconds=1) <= stamp <= after + timedelta(seconds=1)
