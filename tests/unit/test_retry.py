@@ -33,6 +33,15 @@ def delay_of(result: Next) -> float:
     return (result.due_at - NOW).total_seconds()
 
 
+def backoff_delays(attempts_made: int, rng: random.Random, draws: int) -> list[float]:
+    """Seconds until the next try, drawn ``draws`` times with no Retry-After."""
+    return [
+        delay_of(next_try(policy(), attempts_made=attempts_made, occurrence_at=OCCURRENCE,
+                          now=NOW, retry_after=None, rng=rng))
+        for _ in range(draws)
+    ]
+
+
 @pytest.mark.parametrize(
     ("attempts_made", "ceiling"),
     [
@@ -51,19 +60,7 @@ def test_full_jitter_stays_within_one_second_and_the_exponential_ceiling(
     attempts_made: int, ceiling: float
 ) -> None:
     rng = random.Random(1234)
-    delays = [
-        delay_of(
-            next_try(
-                policy(),
-                attempts_made=attempts_made,
-                occurrence_at=OCCURRENCE,
-                now=NOW,
-                retry_after=None,
-                rng=rng,
-            )
-        )
-        for _ in range(2000)
-    ]
+    delays = backoff_delays(attempts_made, rng, 2000)
     assert min(delays) >= 1.0
     assert max(delays) <= ceiling
     # Full jitter spreads over the whole window, not around a fixed point.
@@ -249,19 +246,7 @@ def test_one_attempt_short_of_the_budget_still_retries() -> None:
 @pytest.mark.parametrize("attempts_made", [13, 30, 64, 99])
 def test_the_cap_holds_for_large_attempt_numbers(attempts_made: int) -> None:
     rng, twin = random.Random(attempts_made), random.Random(attempts_made)
-    delays = [
-        delay_of(
-            next_try(
-                policy(),
-                attempts_made=attempts_made,
-                occurrence_at=OCCURRENCE,
-                now=NOW,
-                retry_after=None,
-                rng=rng,
-            )
-        )
-        for _ in range(500)
-    ]
+    delays = backoff_delays(attempts_made, rng, 500)
     expected = [
         timedelta(seconds=max(1.0, twin.uniform(0, 3600.0))).total_seconds() for _ in range(500)
     ]
