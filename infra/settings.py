@@ -121,6 +121,10 @@ class Settings:
     dlq_age_alarm_seconds: int = 3600
     parking_age_alarm_seconds: int = 3 * 24 * 3600
     overdue_alarm_seconds: int = 300
+    # deliveries settled in that state within 5 minutes (the functions' EMF counts)
+    unknown_alarm_threshold: int = 1
+    dead_alarm_threshold: int = 1
+    failed_alarm_threshold: int = 10
 
     @property
     def azs(self) -> list[str]:
@@ -166,6 +170,15 @@ class Settings:
             raise SettingsError("scannerReservedConcurrency must be at least 1")
         if "@" not in self.email_sender:
             raise SettingsError("emailSender must be an email address")
+        outcome_thresholds = {
+            "unknownAlarmThreshold": self.unknown_alarm_threshold,
+            "deadAlarmThreshold": self.dead_alarm_threshold,
+            "failedAlarmThreshold": self.failed_alarm_threshold,
+        }
+        for name, threshold in outcome_thresholds.items():
+            # Below 1 the alarm would fire on every datapoint the functions publish.
+            if threshold < 1:
+                raise SettingsError(f"{name} must be at least 1")
         return self
 
     @classmethod

@@ -107,6 +107,7 @@ class Monitoring(Construct):
                     "throttles and the schedule's invocation dead-letter queue."
                 ),
             ),
+            *_outcome_alarms(settings),
         ]
         for name, function in functions.items():
             specs += _function_alarms(name.capitalize(), function)
@@ -227,6 +228,74 @@ def _queue_alarms(
     ]
 
 
+def _outcome_metric(name: str, period: Duration = FIVE_MINUTES) -> cw.Metric:
+    """A delivery count the consumer (and the scanner, for what it parks) publishes per batch."""
+    return cw.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"service": SERVICE_NAME},
+        statistic=cw.Stats.SUM,
+        period=period,
+    )
+
+
+def _outcome_alarms(settings: Settings) -> list[AlarmSpec]:
+    """Deliveries settled in a state nothing will send again without an operator.
+
+    The counts are only published when non-zero, so missing data is quiet, not breaching.
+    """
+    at_least = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+    return [
+        AlarmSpec(
+            name="DeliveriesUnknown",
+            metric=_outcome_metric("Unknown"),
+            threshold=settings.unknown_alarm_threshold,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                f"{settings.unknown_alarm_threshold} or more deliveries became unknown in 5 "
+                "minutes: a send may have happened without a recorded outcome (a crash or "
+                "timeout mid-send on a channel that cannot deduplicate), so nothing resends "
+                "them. First: for each delivery key check the receiver or provider (webhook "
+                "logs, SES/SNS) for what arrived; list them with `reminders list --state "
+                "unknown`, then settle each with `reminders reconcile KEY --as "
+                "sent|failed|retry --reason ...`."
+            ),
+        ),
+        AlarmSpec(
+            name="DeliveriesDead",
+            metric=_outcome_metric("Dead"),
+            threshold=settings.dead_alarm_threshold,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                f"{settings.dead_alarm_threshold} or more deliveries became dead in 5 minutes: "
+                "their retry budget was spent, or their redrive budget was (a poison message "
+                "the consumer kept failing on went through the dead-letter queue too often); "
+                "they will not be sent. A deployment that breaks sending shows up here. "
+                "First: `reminders list --state dead`, read the reasons, fix the cause, then "
+                "`reminders reconcile KEY --as retry --reason ...` to send each again with "
+                "the same key."
+            ),
+        ),
+        AlarmSpec(
+            name="DeliveriesFailed",
+            metric=_outcome_metric("Failed"),
+            threshold=settings.failed_alarm_threshold,
+            comparison=at_least,
+            evaluation_periods=1,
+            description=(
+                f"{settings.failed_alarm_threshold} or more deliveries failed permanently in 5 "
+                "minutes: the channel refused them (webhook 4xx, no endpoint registered, a "
+                "rejected address or payload). A burst after a deployment usually means a bad "
+                "payload or configuration. First: `reminders list --state failed`, read the "
+                "reasons, fix the cause, then `reminders reconcile KEY --as retry --reason "
+                "...` for the ones that should go out."
+            ),
+        ),
+    ]
+
+
 def _function_alarms(label: str, function: lambda_.IFunction) -> list[AlarmSpec]:
     at_least = cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
     return [
@@ -331,17 +400,16 @@ def _dashboard(
     dashboard.add_widgets(
         cw.GraphWidget(
             title="Delivery outcomes per minute (consumer)",
+            left=[_outcome_metric(name, ONE_MINUTE) for name in DELIVERY_OUTCOMES],
+            width=16,
+        ),
+        cw.GraphWidget(
+            title="Unknown and dead deliveries per 5 minutes",
             left=[
-                cw.Metric(
-                    namespace=METRICS_NAMESPACE,
-                    metric_name=name,
-                    dimensions_map={"service": SERVICE_NAME},
-                    statistic=cw.Stats.SUM,
-                    period=ONE_MINUTE,
-                )
-                for name in DELIVERY_OUTCOMES
+                by_name[name].metric.with_(label=label)
+                for name, label in (("DeliveriesUnknown", "Unknown"), ("DeliveriesDead", "Dead"))
             ],
-            width=24,
+            width=8,
         ),
     )
     return dashboard

@@ -26,6 +26,9 @@ SWITCHED_CONTEXT: dict[str, object] = {
     "consumerTimeoutSeconds": "45",
     "maxReceiveCount": "8",
     "availabilityZones": "eu-west-1a,eu-west-1b,eu-west-1c",
+    "unknownAlarmThreshold": "2",
+    "deadAlarmThreshold": "3",
+    "failedAlarmThreshold": "25",
 }
 
 

@@ -19,6 +19,12 @@ def test_defaults_need_no_context() -> None:
     assert settings.azs == ["eu-west-1a", "eu-west-1b"]
     assert settings.webhook_egress and settings.scanner_enabled
     assert settings.max_receive_count == 5
+    thresholds = (
+        settings.unknown_alarm_threshold,
+        settings.dead_alarm_threshold,
+        settings.failed_alarm_threshold,
+    )
+    assert thresholds == (1, 1, 10)
 
 
 def test_command_line_strings_are_parsed() -> None:
@@ -51,6 +57,10 @@ def test_cdk_json_values_are_accepted_typed() -> None:
         ({"maxReceiveCount": "3"}, "maxReceiveCount"),
         ({"deliveriesRetentionDays": "14"}, "deliveriesRetentionDays"),
         ({"emailSender": "nobody"}, "emailSender"),
+        ({"unknownAlarmThreshold": "0"}, "unknownAlarmThreshold"),
+        ({"deadAlarmThreshold": "0"}, "deadAlarmThreshold"),
+        ({"failedAlarmThreshold": "-1"}, "failedAlarmThreshold"),
+        ({"deadAlarmThreshold": "one"}, "deadAlarmThreshold"),
     ],
 )
 def test_bad_context_fails_synth_with_the_key_named(

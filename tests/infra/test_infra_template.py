@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match
 
 from tests.infra.synth import Synthesized
@@ -416,6 +418,61 @@ def test_scanner_silence_alarm(default: Synthesized, switched: Synthesized) -> N
     assert disabled["ActionsEnabled"] is False
 
 
+def _delivery_alarm(synth: Synthesized, metric: str) -> tuple[str, dict[str, Any]]:
+    (found,) = [
+        (logical_id, alarm["Properties"])
+        for logical_id, alarm in synth.resources("AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("Namespace") == "Reminders"
+        and alarm["Properties"]["MetricName"] == metric
+    ]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("metric", "default_threshold", "switched_threshold"),
+    [("Unknown", 1, 2), ("Dead", 1, 3), ("Failed", 10, 25)],
+)
+def test_unknown_dead_and_failed_deliveries_page_the_alarm_topic(
+    default: Synthesized,
+    switched: Synthesized,
+    metric: str,
+    default_threshold: int,
+    switched_threshold: int,
+) -> None:
+    (topic_id,) = default.resources("AWS::SNS::Topic")
+    logical_id, alarm = _delivery_alarm(default, metric)
+    assert logical_id.startswith(f"MonitoringDeliveries{metric}")
+    assert alarm["Namespace"] == "Reminders"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
+    assert alarm["Statistic"] == "Sum"
+    assert alarm["Period"] == 300
+    assert alarm["EvaluationPeriods"] == 1
+    assert alarm["Threshold"] == default_threshold
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The counts are published only when non-zero: silence is the healthy case.
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    assert alarm["OKActions"] == [{"Ref": topic_id}]
+    assert alarm["ActionsEnabled"] is True
+    # Thresholds come from context; a paused scanner does not mute them.
+    _, changed = _delivery_alarm(switched, metric)
+    assert changed["Threshold"] == switched_threshold
+    assert changed["ActionsEnabled"] is True
+
+
+def test_unknown_and_dead_alarms_name_the_commands_to_run(default: Synthesized) -> None:
+    _, unknown = _delivery_alarm(default, "Unknown")
+    _, dead = _delivery_alarm(default, "Dead")
+    for text in (
+        "send may have happened",
+        "reminders list --state unknown",
+        "reminders reconcile KEY --as sent|failed|retry --reason",
+    ):
+        assert text in unknown["AlarmDescription"]
+    for text in ("budget", "reminders list --state dead", "reminders reconcile KEY --as retry"):
+        assert text in dead["AlarmDescription"]
+
+
 def test_errors_and_throttles_alarm_for_every_function(default: Synthesized) -> None:
     for name in FUNCTIONS:
         function_id, _ = default.function(name)
@@ -492,6 +549,32 @@ def test_dashboard_graphs_every_outcome_the_consumer_counts(default: Synthesized
     body = "".join(p for p in parts if isinstance(p, str))
     wanted = {*OUTCOME_METRICS.values(), "MessagesFailed", "OldestOverdueSeconds"} - {"Released"}
     assert {name for name in wanted if f'"{name}"' in body} == wanted
+
+
+def _dashboard_widgets(synth: Synthesized) -> list[dict[str, Any]]:
+    (dashboard,) = synth.resources("AWS::CloudWatch::Dashboard").values()
+    parts = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    body = "".join(p if isinstance(p, str) else "TOKEN" for p in parts)
+    return json.loads(body)["widgets"]  # type: ignore[no-any-return]
+
+
+def test_dashboard_graphs_unknown_and_dead_as_their_alarms_see_them(
+    default: Synthesized,
+) -> None:
+    graphs = [
+        w["properties"]
+        for w in _dashboard_widgets(default)
+        if "Unknown and dead" in w["properties"].get("title", "")
+    ]
+    assert len(graphs) == 1
+    metrics = graphs[0]["metrics"]
+    assert [m[:4] for m in metrics] == [
+        ["Reminders", "Unknown", "service", "reminders"],
+        ["Reminders", "Dead", "service", "reminders"],
+    ]
+    for *_, options in metrics:
+        assert options["stat"] == "Sum"
+        assert options.get("period", 300) == 300
 
 
 def test_synth_is_pinned_to_context_account_region_and_zones(
