@@ -21,7 +21,11 @@ class Limits:
     lease_seconds: int = 300       # a lease expires this long after it is taken
     redrive_budget: int = 3        # replays from the DLQ per delivery at most (kinds may lower it)
     work_rounds: int = 10_000      # bound on local event-loop rounds
-    max_empty_leases: int = 5      # leases ending without an attempt before parking as dead
+    max_empty_leases: int = 5      # received leases ending without a send before parking as dead
+    lock_timeout_ms: int = 5000    # the service's sessions wait this long for a row lock at most
+    statement_timeout_ms: int = 30_000  # and this long for one statement
+    invocation_margin: int = 5     # seconds of an invocation kept back: no send starts inside it
+    send_concurrency: int = 10     # sends of one batch in flight together
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,11 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         redrive_budget=_int(env, "REMINDERS_REDRIVE_BUDGET", 3, 0, 100),
         work_rounds=_int(env, "REMINDERS_WORK_ROUNDS", 10_000, 1, 10_000_000),
         max_empty_leases=_int(env, "REMINDERS_MAX_EMPTY_LEASES", 5, 2, 1000),
+        lock_timeout_ms=_int(env, "REMINDERS_DB_LOCK_TIMEOUT_MS", 5000, 1, 600_000),
+        statement_timeout_ms=_int(env, "REMINDERS_DB_STATEMENT_TIMEOUT_MS", 30_000, 100,
+                                  3_600_000),
+        invocation_margin=_int(env, "REMINDERS_INVOCATION_MARGIN", 5, 0, 600),
+        send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 100),
     )
 
 

@@ -21,3 +21,13 @@ class ConfigError(RemindersError):
 
 class DatabaseUnavailable(RemindersError):
     """Postgres could not be reached or dropped the connection."""
+
+
+class Conflict(RemindersError):
+    """Another transaction held or changed the rows (a deadlock, a serialization failure, a
+    lock or statement timeout). Nothing was written; ``retryable`` says trying again at once
+    can succeed. Never reported as the database being down."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable

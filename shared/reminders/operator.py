@@ -99,6 +99,14 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
             current = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
             if current is None:
                 raise NotFound(f"no delivery with key {key!r} for tenant {tenant!r}")
+            moved = db.fetch_one(conn, "delivery_schedule_moved_on", {"key": key,
+                                                                     "tenant": tenant})
+            if target == "retry" and moved is not None and current["state"] in (
+                    "unknown", "failed", "dead", "stale", "suppressed"):
+                why = ("its schedule is cancelled" if moved["schedule_state"] == "cancelled"
+                       else "its schedule was rescheduled since" if moved["rescheduled"]
+                       else "its schedule has a newer revision")
+                raise InvalidInput(f"delivery {key}: {why}; a retry would only be suppressed")
             raise InvalidInput(f"delivery {key} is {current['state']}: only unknown, failed, "
                                "dead, stale or suppressed deliveries can be reconciled")
         db.execute(conn, "event_add", {"tenant": tenant, "id": row["id"], "now": now,

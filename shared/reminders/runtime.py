@@ -30,7 +30,10 @@ class Runtime:
     def connection(self) -> db.Connection:
         """A live connection, reconnecting once if the previous one broke."""
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = db.connect(self.settings.database_url, prepare=self.settings.db_prepare)
+            limits = self.settings.limits
+            self._conn = db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
+                                    lock_timeout_ms=limits.lock_timeout_ms,
+                                    statement_timeout_ms=limits.statement_timeout_ms)
         return self._conn
 
     def close(self) -> None:

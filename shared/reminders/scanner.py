@@ -1,31 +1,45 @@
-"""One scanner tick: reclaim expired leases, lease a bounded batch of due deliveries, publish
-``{delivery id, lease token}`` for each, hand back what the queue refused."""
+"""One scanner tick: reclaim expired leases, advance series whose delivery ended, lease a
+bounded batch of due deliveries, publish ``{delivery id, lease token}`` for each, hand back
+what the queue refused.
+
+Scanners take turns for the whole tick (a session advisory lock), so the in-flight budget is
+counted after the previous tick's messages are on the queue. Each step is its own transaction,
+and a failure tied to one delivery (a series that cannot advance) parks that delivery with its
+reason and never stops the tick.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from reminders import db
 from reminders.clock import iso
+from reminders.errors import Conflict
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 _SCANNER_LOCK = 0x5343414E
+# The states a reclaim can end a lease in that an operator must hear about, as metrics.
+PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
 
 @dataclass
 class TickSummary:
     now: str
-    queued_before: int
+    queued_before: int = 0
     reclaimed: dict[str, int] = field(default_factory=dict)
+    advanced: int = 0
+    advance_failed: int = 0
     leased: int = 0
     published: int = 0
     released: int = 0
-    poisoned: int = 0
+    poisoned: int = 0  # of the reclaimed: parked dead as poison messages
     oldest_overdue_seconds: float = 0.0
     overdue: int = 0
+    skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -33,28 +47,56 @@ class TickSummary:
 
 def tick(rt: Runtime) -> TickSummary:
     now = rt.clock.now()
-    limits = rt.settings.limits
     conn = rt.connection()
-    # Queued messages count against the budget too: a paused consumer cannot make us pile up
-    # messages for leases that expire and are taken again.
-    queued = rt.deliveries.depth()
-    summary = TickSummary(now=iso(now), queued_before=queued)
-    with db.transaction(conn):
+    summary = TickSummary(now=iso(now))
+    try:
         db.execute(conn, "scanner_lock", {"key": _SCANNER_LOCK})
-        reclaimed = db.fetch_all(conn, "lease_reclaim_expired", {
-            "now": now, "idempotent_channels": rt.idempotent_channels})
-        for row in reclaimed:
-            summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
-        poisoned = db.fetch_all(conn, "lease_park_poisoned", {
-            "now": now, "max_empty_leases": limits.max_empty_leases,
-            "batch": limits.scan_batch})
-        summary.poisoned = len(poisoned)
-        _advance_parked(conn, [r for r in [*reclaimed, *poisoned]
-                               if r["state"] in ("unknown", "dead") and r["recurring"]], now)
-        leased = db.fetch_all(conn, "lease_due", {
-            "now": now, "batch": limits.scan_batch, "budget": limits.inflight_budget,
-            "queued": queued, "lease_seconds": limits.lease_seconds,
-            "max_empty_leases": limits.max_empty_leases})
+    except Conflict as exc:  # another scanner kept the turn past the lock timeout
+        summary.skipped = f"another scanner is running: {exc}"
+        logger.warning("scanner tick skipped", extra={"reason": summary.skipped})
+        return summary
+    try:
+        _tick_locked(rt, conn, now, summary)
+    finally:
+        if not conn.closed and not conn.broken:
+            db.execute(conn, "scanner_unlock", {"key": _SCANNER_LOCK})
+    for state, metric in PARKED_METRICS.items():
+        if summary.reclaimed.get(state):
+            rt.metrics.put(metric, summary.reclaimed[state])
+    rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
+    rt.metrics.put("Leased", summary.leased)
+    rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
+    rt.metrics.flush()
+    logger.info("scanner tick", extra=summary.as_json())
+    return summary
+
+
+def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime,
+                 summary: TickSummary) -> None:
+    limits = rt.settings.limits
+    # Counted under the turn: the previous tick's messages are on the queue by now.
+    queued = rt.deliveries.depth()
+    summary.queued_before = queued
+
+    def reclaim() -> list[db.Row]:
+        with db.transaction(conn):
+            return db.fetch_all(conn, "lease_reclaim_expired", {
+                "now": now, "idempotent_channels": rt.idempotent_channels,
+                "max_empty_leases": limits.max_empty_leases,
+                "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
+
+    for row in db.retrying(reclaim):
+        summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
+        summary.poisoned += row["state"] == "dead" and not row["tried"]
+    advance_series(rt, conn, now, summary)
+
+    def lease() -> list[db.Row]:
+        with db.transaction(conn):
+            return db.fetch_all(conn, "lease_due", {
+                "now": now, "batch": limits.scan_batch, "budget": limits.inflight_budget,
+                "queued": queued, "lease_seconds": limits.lease_seconds})
+
+    leased = db.retrying(lease)
     leased.sort(key=lambda r: (r["due_at"], r["id"]))
     summary.leased = len(leased)
     messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
@@ -71,19 +113,12 @@ def tick(rt: Runtime) -> TickSummary:
     overdue = db.fetch_one(conn, "oldest_overdue", {"now": now}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
-    rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
-    rt.metrics.put("Leased", summary.leased)
-    rt.metrics.put("PublishRejected", len(rejected))
-    rt.metrics.flush()
-    logger.info("scanner tick", extra=summary.as_json())
-    return summary
 
 
-def _advance_parked(conn: db.Connection, rows: list[db.Row], now: Any) -> None:
-    """A delivery parked by the scanner (`unknown`, `dead`) still advances its series."""
-    if rows:
-        from reminders.series import advance_after_terminal
+def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
+                   summary: TickSummary) -> None:
+    """Series whose delivery ended and whose next occurrence is not made yet (bounded)."""
+    from reminders.series import advance_flagged
 
-        for row in rows:
-            advance_after_terminal(conn, row["tenant"], int(row["schedule_id"]),
-                                   row["recipient"], now)
+    rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
+    summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner")

@@ -294,7 +294,8 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                   "overlap": rec.overlap if rec else current["overlap_policy"],
                   "revision": revision if revision is not None else current["revision"]}
         updated = db.fetch_one(conn, "schedule_update", {
-            "id": current["id"], "tenant": tenant, "now": now, **fields})
+            "id": current["id"], "tenant": tenant, "now": now,
+            "revive": at is not None or rec is not None, **fields})
         assert updated is not None
         generation = int(updated["generation"])
         everyone = db.fetch_all(conn, "recipients_of_schedule",
@@ -343,6 +344,9 @@ def opt_out(conn: db.Connection, *, tenant: str, recipient: str, channel: str,
         db.execute(conn, "tenant_ensure", {"tenant": tenant})
         db.execute(conn, "opt_out_add", {"tenant": tenant, "recipient": person,
                                          "channel": channel, "now": now})
+        # Ordered with attempt starts: one in progress commits first; a later one sees this.
+        db.execute(conn, "deliveries_lock_recipient", {"tenant": tenant, "recipient": person,
+                                                       "channel": channel})
 
 
 def opt_in(conn: db.Connection, *, tenant: str, recipient: str, channel: str) -> bool:

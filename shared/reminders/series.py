@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from reminders import db
+from reminders.errors import Conflict, DatabaseUnavailable, RemindersError
+from reminders.observability import logger
 from reminders.recurrence import Occurrence, Recurrence
 from reminders.schedules import Plan, insert_deliveries
 
@@ -67,16 +69,52 @@ def plan_next(rec: Recurrence, last: datetime, now: datetime,
 
 
 def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, recipient: str,
-                           now: datetime) -> None:
-    """Materialise the recipient's next delivery; end the series when the rule has ended."""
+                           now: datetime, *, after: datetime) -> None:
+    """Materialise the recipient's next delivery after the one (occurring at ``after``) that
+    ended; end the series when the rule has ended. The series goes on from its newest
+    occurrence in the current generation, or from ``after`` when that generation has none yet
+    (a new revision alone starts a generation without deliveries)."""
     row = db.fetch_one(conn, "series_state", {"tenant": tenant, "schedule_id": schedule_id,
                                               "recipient": recipient})
     if row is None or row["state"] != "active" or row["rrule"] is None or row["has_pending"]:
         return
-    plan = plan_next(recurrence_of(row), row["last_occurrence"], now, row["stale_after"])
+    last = row["last_occurrence"] if row["last_occurrence"] is not None else after
+    plan = plan_next(recurrence_of(row), last, now, row["stale_after"])
     insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
                       generation=int(row["generation"]), channel=row["channel"],
                       recipients=[recipient] * len(plan),
                       destinations=[row["destination"]] * len(plan), plan=plan, now=now)
     if not plan or plan[-1][1] != "scheduled":
         db.execute(conn, "schedule_end", {"id": schedule_id, "tenant": tenant, "now": now})
+
+
+def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
+                    actor: str) -> tuple[int, int]:
+    """Advance the series of deliveries flagged ``advance_series`` (rows with id, tenant,
+    schedule_id, recipient, occurrence_at), each in its own transaction: the schedule's share
+    lock first, then the deliveries, as everywhere. A series that cannot advance parks its
+    delivery's flag with the reason; the others go on. Returns (advanced, failed)."""
+    advanced = failed = 0
+    for row in rows:
+        ref = {"id": row["id"], "tenant": row["tenant"]}
+        try:
+            with db.transaction(conn):
+                db.fetch_one(conn, "schedule_share", {"id": row["schedule_id"],
+                                                      "tenant": row["tenant"]})
+                if db.fetch_one(conn, "series_advance_claim", ref) is None:
+                    continue  # advanced already, by the consumer or another pass
+                advance_after_terminal(conn, row["tenant"], int(row["schedule_id"]),
+                                       row["recipient"], now, after=row["occurrence_at"])
+            advanced += 1
+        except (DatabaseUnavailable, Conflict):
+            raise  # not this series' fault: the flag stays for the next pass
+        except (RemindersError, ValueError, TypeError, ArithmeticError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            logger.error("series not advanced", extra={"delivery_id": row["id"],
+                                                       "error": error})
+            with db.transaction(conn):
+                db.execute(conn, "series_advance_failed", {**ref, "error": error, "now": now})
+                db.execute(conn, "event_add", {**ref, "now": now, "actor": actor,
+                                               "event": "series not advanced", "detail": error})
+            failed += 1
+    return advanced, failed

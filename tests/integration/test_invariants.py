@@ -26,7 +26,7 @@ def crash_mid_send(h: Harness, body: dict[str, Any]) -> None:
         return
     attempt = db.fetch_one(h.conn, "attempt_start", {
         "id": row["id"], "token": body["lease_token"], "now": h.clock.now(),
-        "attempts_made": row["attempts_made"]})
+        "deadline": h.clock.now() + timedelta(seconds=30)})
     if attempt is not None:
         h.rt.channels["webhook"].send(Message(
             delivery_key=row["delivery_key"], tenant=row["tenant"], kind=row["kind"],

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from reminders import batch, consumer, db, scanner, schedules
+from reminders.clock import iso
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
 from tests.conftest import Harness, make_runtime
@@ -131,7 +132,7 @@ def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness:
     # Start the attempt and send, then "crash" before recording the outcome.
     attempt = db.fetch_one(h.conn, "attempt_start", {"id": lease.delivery_id,
                                                      "token": lease.lease_token,
-                                                     "now": h.clock.now(), "attempts_made": 0})
+                                                     "now": h.clock.now(), "deadline": in_30s(h)})
     assert attempt is not None
     from reminders.channels.base import Message
 
@@ -161,7 +162,7 @@ def test_send_then_crash_on_a_channel_without_keys_is_parked_unknown(harness: Ha
     assert db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
                                                   "token": body["lease_token"],
                                                   "now": h.clock.now(),
-                                                  "attempts_made": 0}) is not None
+                                                  "deadline": in_30s(h)}) is not None
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     assert tick(h)["reclaimed"] == {"unknown": 1}
     row = delivery(h, key)
@@ -184,11 +185,11 @@ def test_stale_lease_holder_write_is_refused(harness: Harness) -> None:
     assert str(new_token) != old_token
     refused = db.fetch_one(h.conn, "delivery_settle", {
         "id": row["id"], "tenant": "acme", "token": old_token, "state": "sent",
-        "reason": "stale holder", "due_at": None, "now": h.clock.now()})
+        "reason": "stale holder", "due_at": None, "now": h.clock.now(), "attempt_no": None})
     assert refused is None
     assert db.fetch_one(h.conn, "attempt_start", {"id": row["id"], "token": old_token,
                                                   "now": h.clock.now(),
-                                                  "attempts_made": 0}) is None
+                                                  "deadline": in_30s(h)}) is None
     after = delivery(h, key)
     assert after["state"] == "leased" and after["lease_token"] == new_token
     assert attempts(h, key) == []
@@ -481,6 +482,11 @@ def _urls(h: Harness) -> Any:
     return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
 
 
+def in_30s(h: Harness) -> Any:
+    """A send's deadline, as the consumer would set it."""
+    return h.clock.now() + timedelta(seconds=30)
+
+
 def _uuid(text: str) -> Any:
     from uuid import UUID
 
@@ -501,7 +507,7 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
     for body in bodies(take_messages(h, n=2)):  # both crash after starting their attempt
         db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
                                                "token": body["lease_token"],
-                                               "now": h.clock.now(), "attempts_made": 0})
+                                               "now": h.clock.now(), "deadline": in_30s(h)})
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     tick(h)
     parked = operator.in_state(h.conn, state="unknown", tenant="acme", limit=10)
@@ -562,10 +568,9 @@ def _crash_mid_send(h: Harness) -> dict[str, Any]:
     message comes back after its visibility timeout)."""
     (msg,) = take_messages(h)
     body = json.loads(msg["Body"])
-    row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
     assert db.fetch_one(h.conn, "attempt_start", {
         "id": body["delivery_id"], "token": body["lease_token"], "now": h.clock.now(),
-        "attempts_made": row["attempts_made"]}) is not None
+        "deadline": in_30s(h)}) is not None
     h.rt.deliveries.send_raw(msg["Body"], {})
     return msg
 
@@ -578,9 +583,14 @@ def test_redelivered_message_after_a_crash_mid_send_is_parked_without_keys(
     key = result.deliveries[0].delivery_key
     tick(h)
     _crash_mid_send(h)
-    work(h)  # the same message again, lease still live: no second e-mail
+    work(h)  # the same message again, its send still in flight: no second e-mail
+    assert delivery(h, key)["state"] == "leased"
+    assert [a["outcome"] for a in attempts(h, key)] == [None]
+    assert "a send is already in flight" in events(h, key)[-1]["detail"]
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert tick(h)["reclaimed"] == {"unknown": 1}
     row = delivery(h, key)
-    assert row["state"] == "unknown" and "did not record its outcome" in row["reason"]
+    assert row["state"] == "unknown" and "cannot deduplicate" in row["reason"]
     assert [a["outcome"] for a in attempts(h, key)] == ["unknown"]
 
 
@@ -591,6 +601,10 @@ def test_redelivered_message_after_a_crash_mid_send_resends_with_the_key(
     (key,) = schedule_webhook(h, "mid-hook")
     tick(h)
     _crash_mid_send(h)
+    work(h)  # the copy is ignored: the crashed send is still in flight until its deadline
+    assert delivery(h, key)["state"] == "leased" and effects(h) == {}
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert tick(h)["reclaimed"] == {"retrying": 1}
     work(h)
     assert delivery(h, key)["state"] == "sent"
     assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "sent"]
@@ -602,28 +616,28 @@ def test_two_copies_of_one_message_in_flight_start_one_attempt(harness: Harness)
     (key,) = schedule_webhook(h, "twins")
     tick(h)
     (msg,) = take_messages(h)
-    body = json.loads(msg["Body"])
-    row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
-    lease = LeaseMessage(int(body["delivery_id"]), _uuid(body["lease_token"]))
     webhook = h.rt.channels["webhook"]
-    seen: list[str] = []
+    seen: list[dict[str, Any]] = []
 
     class SecondCopyArrivesMidSend:
-        """While the first copy is sending, the second copy (read before either started) is
-        processed by another consumer."""
+        """While the first copy is sending, the second copy is processed by another
+        consumer."""
 
         name = "webhook"
         honours_idempotency_key = True
 
         def send(self, message: Any, now: Any) -> Any:
             h.rt.channels = {**h.rt.channels, "webhook": webhook}
-            seen.append(consumer.deliver(h.rt, h.conn, dict(row), lease))
+            seen.append(consumer.process_batch(event_for(h, [msg]), h.rt))
             return webhook.send(message, now)
 
     h.rt.channels = {**h.rt.channels, "webhook": SecondCopyArrivesMidSend()}
-    first = consumer.deliver(h.rt, h.conn, dict(row), lease)
-    assert (first, seen) == ("sent", ["fenced"])
+    first = consumer.process_batch(event_for(h, [msg]), h.rt)
+    assert first == {"batchItemFailures": []} and seen == [{"batchItemFailures": []}]
+    assert delivery(h, key)["state"] == "sent"
     assert len(attempts(h, key)) == 1 and effects(h) == {key: 1}
+    ignored = [e["detail"] for e in events(h, key) if e["event"] == "message ignored"]
+    assert len(ignored) == 1 and ignored[0].startswith("a send is already in flight")
 
 
 def test_redrive_never_replays_a_send_that_may_have_happened(harness: Harness) -> None:
@@ -637,9 +651,14 @@ def test_redrive_never_replays_a_send_that_may_have_happened(harness: Harness) -
     h.sqs().send_message(QueueUrl=h.rt.dlq.url, MessageBody=msg["Body"])  # ...and was moved
     work(h)
     row = delivery(h, key)
-    assert row["state"] == "unknown" and row["redrives"] == 0
+    assert row["state"] == "leased" and row["redrives"] == 0  # never replayed mid-send
     assert [e["detail"].split(" (message")[0] for e in events(h, key)
-            if e["actor"] == "redrive"] == ["a send may have happened: parked as unknown"]
+            if e["actor"] == "redrive"] == [
+        f"a send is in flight until {iso(row['send_deadline'])}; its holder or the scanner "
+        "settles it"]
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    tick(h)
+    assert delivery(h, key)["state"] == "unknown"
 
 
 class RecordingMetrics:
@@ -672,24 +691,34 @@ def test_consumer_counts_outcomes_per_batch(harness: Harness) -> None:
     assert metrics.flushed[0]["Leased"] == 2  # the scanner's tick flushed first
 
 
-def test_a_message_that_always_fails_before_a_send_is_parked_dead(harness: Harness,
-                                                                  database_url: str) -> None:
+def test_a_message_that_always_fails_before_a_send_is_parked_dead(
+        harness: Harness, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
     h.rt.close()
     h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, max_empty_leases=3,
                         lease_seconds=60)
     (key,) = schedule_webhook(h, "poison")
+
+    def dies(*args: Any) -> None:
+        raise RuntimeError("the consumer dies on this message before any send")
+
+    monkeypatch.setattr(consumer, "_start", dies)
     summaries = []
-    for _ in range(4):  # every consumer that takes its message dies before attempting
+    for _ in range(4):  # every consumer that receives its message dies before attempting
         summaries.append(tick(h))
-        take_messages(h)
+        taken = take_messages(h)
+        if taken:
+            with pytest.raises(RuntimeError):
+                consumer.process_batch(event_for(h, taken), h.rt)
         h.clock.advance(timedelta(seconds=61))
     assert [s["leased"] for s in summaries] == [1, 1, 1, 0]
-    assert [s["poisoned"] for s in summaries] == [0, 0, 0, 1]
+    assert [s["reclaimed"] for s in summaries] == [{}, {"scheduled": 1}, {"scheduled": 1},
+                                                    {"dead": 1}]
     row = delivery(h, key)
     assert row["state"] == "dead"
-    assert row["reason"] == ("leased 3 times, 0 attempts: its message keeps failing before a "
-                             "send is tried")
+    assert row["reason"] == ("its message reached a consumer 3 times and failed each time "
+                             "before any send (a poison message)")
+    assert attempts(h, key) == []
 
 
 def test_a_publish_failure_does_not_count_as_an_empty_lease(harness: Harness,

@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
 from reminders.db.queries import query
-from reminders.errors import ConfigError, DatabaseUnavailable, InvalidInput, NotFound
+from reminders.errors import ConfigError, Conflict, DatabaseUnavailable, InvalidInput, NotFound
 
 Row = dict[str, Any]
 Params = Mapping[str, Any] | Sequence[Any] | None
 Connection = psycopg.Connection[Any]
+T = TypeVar("T")
 
-__all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", "transaction"]
+__all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", "retrying",
+           "transaction"]
+
+# Called with a statement's name before it runs. Tests install one to pause an actor between
+# two statements while another runs; it is None in production.
+before_statement: Callable[[str], None] | None = None
 
 
-def connect(url: str, *, prepare: bool = True, application_name: str = "reminders") -> Connection:
+def connect(url: str, *, prepare: bool = True, application_name: str = "reminders",
+            lock_timeout_ms: int | None = None,
+            statement_timeout_ms: int | None = None) -> Connection:
     """Open an autocommit connection with dict rows; :func:`transaction` groups work.
     ``prepare=False`` turns psycopg's automatic prepared statements off, which a connection
-    pooler such as RDS Proxy needs (they pin the connection)."""
+    pooler such as RDS Proxy needs (they pin the connection). The service's own sessions pass
+    lock and statement timeouts, so nothing waits on a lock without bound."""
+    options = " ".join(
+        f"-c {name}={value}" for name, value in (("lock_timeout", lock_timeout_ms),
+                                                 ("statement_timeout", statement_timeout_ms))
+        if value is not None)
     try:
         conn: Connection = psycopg.connect(
             url,
@@ -31,6 +44,7 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
             prepare_threshold=5 if prepare else None,
             application_name=application_name,
             connect_timeout=10,
+            options=options or None,
         )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to Postgres: {_first_line(exc)}") from exc
@@ -47,10 +61,30 @@ def transaction(conn: Connection) -> Iterator[Connection]:
         yield conn
 
 
+def retrying(work: Callable[[], T], *, attempts: int = 3) -> T:
+    """Run one of the service's own transactions, again (at most ``attempts`` times in all)
+    when Postgres aborted it for a deadlock or a serialization failure."""
+    for left in range(attempts - 1, -1, -1):
+        try:
+            return work()
+        except Conflict as exc:
+            if not exc.retryable or left == 0:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     try:
         yield
+    except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
+        raise Conflict(f"Postgres aborted the transaction: {_first_line(exc)}",
+                       retryable=True) from exc
+    except psycopg.errors.LockNotAvailable as exc:
+        raise Conflict(f"rows are held by another transaction: {_first_line(exc)}",
+                       retryable=False) from exc
+    except psycopg.errors.QueryCanceled as exc:
+        raise Conflict(f"statement timed out: {_first_line(exc)}", retryable=False) from exc
     except psycopg.errors.ForeignKeyViolation as exc:
         raise NotFound(_constraint_message(exc)) from exc
     except (psycopg.errors.CheckViolation, psycopg.errors.UniqueViolation,
@@ -64,12 +98,14 @@ def translate_errors() -> Iterator[None]:
 
 
 def fetch_all(conn: Connection, name: str, params: Params = None) -> list[Row]:
+    _before(name)
     with translate_errors(), conn.cursor() as cur:
         cur.execute(query(name), params)
         return list(cur.fetchall()) if cur.description else []
 
 
 def fetch_one(conn: Connection, name: str, params: Params = None) -> Row | None:
+    _before(name)
     with translate_errors(), conn.cursor() as cur:
         cur.execute(query(name), params)
         return cur.fetchone() if cur.description else None
@@ -77,9 +113,15 @@ def fetch_one(conn: Connection, name: str, params: Params = None) -> Row | None:
 
 def execute(conn: Connection, name: str, params: Params = None) -> int:
     """Run a named statement; return the number of rows it touched."""
+    _before(name)
     with translate_errors(), conn.cursor() as cur:
         cur.execute(query(name), params)
         return cur.rowcount
+
+
+def _before(name: str) -> None:
+    if before_statement is not None:
+        before_statement(name)
 
 
 def execute_script(conn: Connection, sql: str) -> None:

@@ -67,11 +67,17 @@ select id, tenant, schedule_key, kind, channel, destination, payload, revision, 
 from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s;
 
 -- name: schedule_lock
+-- Lock order everywhere: the schedule, then its deliveries. NO KEY UPDATE leaves the key share
+-- that inserting a delivery takes free, so a series advancing never deadlocks with this.
 select id, tenant, schedule_key, kind, channel, destination, payload, revision, generation, state,
        at, rrule, tz, local_start, gap_policy, overlap_policy
 from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s
-for update;
+for no key update;
 
+-- name: schedule_share
+-- The series advance reads the schedule under a share lock: a reschedule or cancel waits for
+-- it, or it waits for them, and either way it reads what they committed.
+select id from schedules where id = %(id)s and tenant = %(tenant)s for share;
 -- name: schedule_tenants_for_key
 -- CROSS-TENANT: the command line resolves a bare key to its tenant; it lists, never changes.
 select s.tenant, s.schedule_key from schedules s where s.schedule_key = %(key)s
@@ -80,13 +86,14 @@ select s.tenant, s.schedule_key from deliveries d join schedules s on s.id = d.s
 where d.delivery_key = %(key)s;
 
 -- name: schedule_update
+-- A new time or rule revives an ended schedule; a new revision alone changes the record only.
 update schedules set
     at = %(at)s, rrule = %(rrule)s, tz = %(tz)s, local_start = %(local_start)s,
     gap_policy = %(gap)s, overlap_policy = %(overlap)s, revision = %(revision)s,
-    generation = generation + 1, state = 'active', updated_at = %(now)s
+    generation = generation + 1,
+    state = case when %(revive)s then 'active' else state end, updated_at = %(now)s
 where id = %(id)s and tenant = %(tenant)s
-returning id, generation;
-
+returning id, generation, state;
 -- name: schedule_cancel
 update schedules set state = 'cancelled', updated_at = %(now)s
 where id = %(id)s and tenant = %(tenant)s and state = 'active';
@@ -128,14 +135,22 @@ from deliveries where schedule_id = %(schedule_id)s and tenant = %(tenant)s
 order by recipient, occurrence_at;
 
 -- name: deliveries_supersede_pending
--- Reschedule and cancel: every pending delivery of the schedule stops here. A leased one loses
--- its lease, so its holder's fenced writes are refused and its message is dropped on re-check.
-update deliveries set state = 'suppressed', reason = %(reason)s, lease_token = null,
-                      lease_expires_at = null, updated_at = %(now)s
+-- Reschedule and cancel: every pending delivery of the schedule stops here, fenced on the send
+-- in flight in this same statement. One that is not sending is suppressed and loses its lease
+-- (its holder's fenced writes are refused, its message dropped on re-check). One whose send is
+-- in flight keeps its lease and is marked superseded: its holder records what the send did,
+-- and it is never tried again.
+update deliveries set
+    state = case when send_attempt is null then 'suppressed' else state end,
+    reason = case when send_attempt is null then %(reason)s else reason end,
+    superseded = case when send_attempt is null then null else %(reason)s end,
+    lease_token = case when send_attempt is null then null else lease_token end,
+    lease_expires_at = case when send_attempt is null then null else lease_expires_at end,
+    received = case when send_attempt is null then false else received end,
+    updated_at = %(now)s
 where schedule_id = %(schedule_id)s and tenant = %(tenant)s
-  and state in ('scheduled', 'leased', 'retrying')
-returning id, recipient, occurrence_at;
-
+  and state in ('scheduled', 'leased', 'retrying') and superseded is null
+returning id, recipient, occurrence_at, state;
 -- name: series_state
 -- The recipient's place in a recurring series: its last occurrence in the current generation.
 select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.generation,
@@ -144,13 +159,13 @@ select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.
         where d.schedule_id = s.id and d.tenant = s.tenant and d.recipient = r.recipient
           and d.generation = s.generation) as last_occurrence,
        exists (select 1 from deliveries d where d.schedule_id = s.id and d.tenant = s.tenant
-               and d.recipient = r.recipient and d.state in ('scheduled', 'leased', 'retrying'))
+               and d.recipient = r.recipient and d.state in ('scheduled', 'leased', 'retrying')
+               and d.superseded is null)
            as has_pending
 from schedules s
 join kinds k on k.name = s.kind
 join schedule_recipients r on r.schedule_id = s.id and r.recipient = %(recipient)s
 where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
-
 -- name: opt_out_add
 insert into opt_outs (tenant, recipient, channel, created_at)
 values (%(tenant)s, %(recipient)s, %(channel)s, %(now)s)
@@ -160,67 +175,105 @@ on conflict do nothing;
 delete from opt_outs where tenant = %(tenant)s and recipient = %(recipient)s
   and channel = %(channel)s;
 
+-- name: deliveries_lock_recipient
+-- An opt-out takes the row locks of the recipient's pending deliveries before it commits, so
+-- an attempt start either commits before it or sees it.
+select id from deliveries
+where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s
+  and state in ('scheduled', 'leased', 'retrying')
+order by id
+for update;
 -- ---------------------------------------------------------------- scanner
 
 -- name: scanner_lock
--- Scanners take turns: the in-flight budget is counted and spent by one at a time.
-select pg_advisory_xact_lock(%(key)s);
+-- Scanners take turns for a whole tick (lease, publish, count): the in-flight budget is
+-- counted and spent by one at a time. A session lock: it is held across the publish.
+select pg_advisory_lock(%(key)s);
 
+-- name: scanner_unlock
+select pg_advisory_unlock(%(key)s);
 -- name: lease_reclaim_expired
--- CROSS-TENANT: the scanner serves every tenant. Expired leases are at most the in-flight
--- budget, so this is bounded. A lease whose attempt started but never finished becomes
--- `unknown` unless its channel deduplicates on the delivery key; otherwise it is due again.
+-- CROSS-TENANT: the scanner serves every tenant; bounded by the limit. A lease ends here when
+-- it expired (a send in flight extends it to the send's deadline, so an expired lease has no
+-- live send), or when it expires further ahead than a lease lasts and no send is in flight
+-- (taken by a clock running ahead). Decided on the locked row itself:
+--   a send was in flight  -> an outcome its holder recorded but could not settle stands;
+--                            otherwise its attempt is closed as unknown, and it is `unknown` when
+--                            the channel cannot deduplicate or the schedule moved on, `dead`
+--                            when the attempt budget is spent, else due again (same key);
+--   no send was tried     -> due again; if its message reached a consumer this counts toward
+--                            the poison-message limit, which parks it `dead`.
 with expired as (
-    select d.id, d.lease_token, d.channel, d.attempts_made,
-           exists (select 1 from attempts a where a.delivery_id = d.id
-                   and a.lease_token = d.lease_token and a.finished_at is null) as attempt_open
+    select d.id, d.channel, d.send_attempt, d.superseded, d.received, d.empty_receives,
+           d.attempts_made - d.attempts_base as attempts_counted, d.attempts_made,
+           k.max_attempts, (s.rrule is not null) as recurring, a.outcome as recorded
     from deliveries d
-    where d.state = 'leased' and d.lease_expires_at < %(now)s
+    join schedules s on s.id = d.schedule_id
+    join kinds k on k.name = s.kind
+    left join attempts a on a.delivery_id = d.id and a.attempt_no = d.send_attempt
+    where d.state = 'leased'
+      and (d.lease_expires_at < %(now)s
+           or (d.send_attempt is null
+               and d.lease_expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)))
+    order by d.lease_expires_at
+    limit %(limit)s
     for update of d skip locked
+), decided as (
+    select e.*, case
+        when e.recorded = 'sent' then 'sent'
+        when e.recorded = 'permanent' then 'failed'
+        when e.recorded = 'transient' and e.superseded is not null then 'suppressed'
+        when e.recorded = 'transient' and e.attempts_counted >= e.max_attempts then 'dead'
+        when e.recorded = 'transient' then 'retrying'
+        when e.send_attempt is not null
+             and (e.superseded is not null or not (e.channel = any(%(idempotent_channels)s)))
+            then 'unknown'
+        when e.send_attempt is not null and e.attempts_counted >= e.max_attempts then 'dead'
+        when e.send_attempt is not null then 'retrying'
+        when e.received and e.empty_receives + 1 >= %(max_empty_leases)s then 'dead'
+        when e.attempts_made = 0 then 'scheduled'
+        else 'retrying' end as next_state
+    from expired e
 ), closed as (
     update attempts a set finished_at = %(now)s, outcome = 'unknown',
-                          detail = 'lease expired before the outcome was recorded'
-    from expired e
-    where a.delivery_id = e.id and a.lease_token = e.lease_token and a.finished_at is null
+                          detail = 'the lease expired before the outcome was recorded'
+    from decided e
+    where a.delivery_id = e.id and a.attempt_no = e.send_attempt and a.finished_at is null
     returning a.delivery_id
 )
 update deliveries d set
-    state = case
-        when e.attempt_open and not (e.channel = any(%(idempotent_channels)s)) then 'unknown'
-        when e.attempts_made = 0 then 'scheduled'
-        else 'retrying' end,
+    state = e.next_state,
     reason = case
-        when e.attempt_open and not (e.channel = any(%(idempotent_channels)s))
-            then 'lease expired after a send started; not resent: the channel cannot deduplicate'
-        when e.attempt_open then 'lease expired after a send started; resent with the same key'
+        when e.recorded in ('sent', 'permanent', 'transient')
+            then 'the send''s outcome (' || e.recorded || ') was recorded, and the lease '
+                 || 'expired before the delivery was settled'
+        when e.send_attempt is not null and e.superseded is not null
+            then 'a send may have happened: its lease expired before the outcome was recorded; '
+                 || 'not resent: ' || e.superseded
+        when e.next_state = 'unknown'
+            then 'a send may have happened: its lease expired before the outcome was recorded; '
+                 || 'not resent: the channel cannot deduplicate'
+        when e.send_attempt is not null and e.next_state = 'dead'
+            then 'attempt budget spent (' || e.attempts_counted || ' of ' || e.max_attempts
+                 || '); the last try stopped mid-send'
+        when e.send_attempt is not null
+            then 'lease expired after a send started; resent with the same key'
+        when e.next_state = 'dead'
+            then 'its message reached a consumer ' || (e.empty_receives + 1)
+                 || ' times and failed each time before any send (a poison message)'
+        when d.lease_expires_at >= %(now)s
+            then 'lease expired further ahead than a lease lasts (taken by a clock running '
+                 || 'ahead); due again'
         else 'lease expired before any send; due again' end,
+    empty_receives = d.empty_receives
+        + case when e.send_attempt is null and e.received then 1 else 0 end,
+    advance_series = e.recurring and e.superseded is null
+        and e.next_state in ('sent', 'failed', 'unknown', 'dead'),
+    received = false, send_attempt = null, send_deadline = null, superseded = null,
     lease_token = null, lease_expires_at = null, updated_at = %(now)s
-from expired e
+from decided e
 where d.id = e.id
-returning d.id, d.tenant, d.state, d.schedule_id, d.recipient,
-          exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null)
-              as recurring;
-
--- name: lease_park_poisoned
--- CROSS-TENANT, part of the scanner's pass. A delivery whose leases keep ending without an
--- attempt is a message that fails before any send is tried (a poison pill): park it as dead
--- instead of leasing it forever. Bounded by the batch size.
-with poisoned as (
-    select d.id from deliveries d
-    where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
-      and d.leases - d.attempts_made >= %(max_empty_leases)s
-    order by d.due_at, d.id
-    limit %(batch)s
-    for update skip locked
-)
-update deliveries d set state = 'dead', updated_at = %(now)s,
-    reason = 'leased ' || d.leases || ' times, ' || d.attempts_made
-             || ' attempts: its message keeps failing before a send is tried'
-from poisoned where d.id = poisoned.id
-returning d.id, d.tenant, d.state, d.schedule_id, d.recipient,
-          exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null)
-              as recurring;
-
+returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
 -- name: lease_due
 -- CROSS-TENANT: the one statement that picks work across tenants (paused tenants wait).
 -- Oldest due first; rows another transaction holds (an application's reschedule) are skipped.
@@ -231,27 +284,43 @@ with room as (
 ), due as (
     select d.id from deliveries d join tenants t on t.id = d.tenant
     where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s and not t.paused
-      and d.leases - d.attempts_made < %(max_empty_leases)s
     order by d.due_at, d.id
     limit (select n from room)
     for update of d skip locked
 )
 update deliveries d set state = 'leased', lease_token = gen_random_uuid(),
                         lease_expires_at = %(now)s + make_interval(secs => %(lease_seconds)s),
-                        leases = d.leases + 1, updated_at = %(now)s
+                        received = false, leases = d.leases + 1, updated_at = %(now)s
 from due where d.id = due.id
 returning d.id, d.lease_token, d.due_at;
-
 -- name: lease_release
--- Fenced: hands back leases whose message never reached the queue (or a paused tenant's).
+-- Fenced: hands back leases whose message never reached the queue, or that a consumer may not
+-- use yet (a paused tenant, not due by its clock); never one with a send in flight.
 -- CROSS-TENANT by (id, token): only the holder of those leases knows the tokens.
 update deliveries d set
     state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
     reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s,
-    leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
+    received = false, leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
 from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
-where d.id = r.id and d.lease_token = r.token and d.state = 'leased';
+where d.id = r.id and d.lease_token = r.token and d.state = 'leased' and d.send_attempt is null;
 
+-- name: series_to_advance
+-- CROSS-TENANT, bounded: terminal recurring deliveries whose next occurrence is not yet made.
+select id, tenant, schedule_id, recipient, occurrence_at from deliveries
+where advance_series order by updated_at, id limit %(limit)s;
+
+-- name: series_advance_claim
+update deliveries set advance_series = false
+where id = %(id)s and tenant = %(tenant)s and advance_series
+returning id;
+
+-- name: series_advance_failed
+-- A series that cannot advance parks with its reason on the delivery; the tick goes on.
+update deliveries set advance_series = false,
+    reason = coalesce(reason || '; ', '') || 'series not advanced: ' || %(error)s,
+    updated_at = %(now)s
+where id = %(id)s and tenant = %(tenant)s
+returning id;
 -- name: oldest_overdue
 -- CROSS-TENANT: an operator's health figure over the whole system.
 select extract(epoch from %(now)s - min(due_at))::float8 as seconds, count(*) as overdue
@@ -260,18 +329,37 @@ where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s;
 
 -- ---------------------------------------------------------------- consumer and redrive
 
+-- name: deliveries_mark_received
+-- First thing a consumer does with a batch, committed on its own: these leases' messages
+-- reached a consumer. A lease that then ends without a send counts as a poison-message try.
+-- Rows another transaction holds are skipped (their messages fail alone and come back).
+with ours as (
+    select d.id from deliveries d
+    join unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
+      on d.id = r.id and d.lease_token = r.token
+    where d.state = 'leased' and not d.received
+    for update of d skip locked
+)
+update deliveries d set received = true from ours where d.id = ours.id;
+
+-- name: deliveries_lock
+-- The consumer and redrive lock the rows a batch names (in id order, skipping rows another
+-- transaction holds: those messages fail alone and come back), then read them afresh.
+select id from deliveries where id = any(%(ids)s::bigint[]) order by id for update skip locked;
+
 -- name: recheck_load
 -- CROSS-TENANT by id: ids come from messages the scanner published; one round trip per batch.
+-- Read after the rows are locked, in a new statement: everything committed before the lock
+-- was taken is seen, so an opt-out or cancel committed a moment earlier is never overridden.
 select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.destination,
        d.delivery_key, d.occurrence_at, d.revision, d.due_at, d.state, d.reason,
-       d.attempts_made, d.redrives, d.lease_token, d.lease_expires_at,
+       d.attempts_made, d.attempts_base, d.redrives, d.lease_token, d.lease_expires_at,
+       d.send_attempt, d.send_deadline, d.received, d.empty_receives,
        s.state as schedule_state, s.revision as schedule_revision,
        s.generation as schedule_generation, s.payload, s.kind, (s.rrule is not null) as recurring,
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
-       exists (select 1 from attempts a where a.delivery_id = d.id
-               and a.lease_token = d.lease_token and a.finished_at is null) as open_attempt,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
        e.secret as endpoint_secret
@@ -285,50 +373,63 @@ left join lateral (
     order by tenant nulls last limit 1
 ) e on true
 where d.id = any(%(ids)s::bigint[]);
-
 -- name: attempt_start
--- Fenced: appends the attempt only while the lease is still ours and nobody else started one
--- since the row was read (two copies of one message racing: one wins); committed before the
--- send.
+-- Fenced: appends the attempt only while the lease is ours and no send is in flight, and puts
+-- the send in flight on the row with its deadline (the lease lasts at least that long).
+-- Committed before the send.
 with d as (
-    update deliveries set attempts_made = attempts_made + 1, updated_at = %(now)s
-    where id = %(id)s and lease_token = %(token)s and state = 'leased'
-      and attempts_made = %(attempts_made)s
+    update deliveries set attempts_made = attempts_made + 1, send_attempt = attempts_made + 1,
+                          send_deadline = %(deadline)s,
+                          lease_expires_at = greatest(lease_expires_at, %(deadline)s),
+                          updated_at = %(now)s
+    where id = %(id)s and lease_token = %(token)s and state = 'leased' and send_attempt is null
     returning id, tenant, attempts_made
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
 select d.tenant, d.id, d.attempts_made, %(token)s, %(now)s from d
 returning id, attempt_no;
-
--- name: attempts_close_open
--- A try under this lease started a send and never recorded its outcome (it crashed).
-update attempts set finished_at = %(now)s, outcome = 'unknown',
-                    detail = 'the try stopped before recording its outcome'
-where delivery_id = %(id)s and tenant = %(tenant)s and lease_token = %(token)s
-  and finished_at is null;
-
 -- name: attempt_finish
 update attempts set finished_at = %(now)s, outcome = %(outcome)s, status_code = %(status_code)s,
                     detail = %(detail)s, retry_after = %(retry_after)s
 where id = %(attempt_id)s and tenant = %(tenant)s and finished_at is null;
 
 -- name: delivery_settle
--- Fenced: the outcome lands only while the lease is still ours.
-update deliveries set state = %(state)s, reason = %(reason)s,
-                      due_at = coalesce(%(due_at)s, due_at),
-                      lease_token = null, lease_expires_at = null, updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and lease_token = %(token)s and state = 'leased'
-returning id, state;
-
--- name: delivery_replay
--- Redrive: fenced on the lease the dead-lettered message was about (or on an expired one).
-update deliveries set
-    state = case when attempts_made = 0 then 'scheduled' else 'retrying' end,
-    reason = %(reason)s, due_at = %(now)s, redrives = redrives + 1,
+-- Fenced on the lease token and on the send in flight: none before a send, this one after it.
+-- Superseded while sending: what the send did (sent, failed, unknown) stands, anything else
+-- becomes suppressed. A terminal recurring delivery waits for the scanner to advance its series.
+update deliveries d set
+    state = case when d.superseded is null or %(state)s in ('sent', 'failed', 'unknown')
+                 then %(state)s else 'suppressed' end,
+    reason = case when d.superseded is null then %(reason)s
+                  else %(reason)s || '; ' || d.superseded || ' while the send was in flight' end,
+    due_at = case when d.superseded is null then coalesce(%(due_at)s, d.due_at) else d.due_at end,
+    advance_series = d.superseded is null
+        and %(state)s not in ('scheduled', 'leased', 'retrying')
+        and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
+    superseded = null, send_attempt = null, send_deadline = null, received = false,
     lease_token = null, lease_expires_at = null, updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and state = 'leased' and lease_token = %(token)s
-returning id, state;
-
+where d.id = %(id)s and d.tenant = %(tenant)s and d.lease_token = %(token)s
+  and d.state = 'leased' and d.send_attempt is not distinct from %(attempt_no)s::integer
+returning d.id, d.state;
+-- name: delivery_replay
+-- Redrive: fenced on the lease the dead-lettered message was about (or on an expired one) and
+-- on no send in flight, in this one statement. Its message reached consumers and failed
+-- before any send, so it counts toward the poison-message limit.
+update deliveries d set
+    state = case when d.received and d.empty_receives + 1 >= %(max_empty_leases)s then 'dead'
+                 when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
+    reason = case when d.received and d.empty_receives + 1 >= %(max_empty_leases)s
+                  then 'its message reached a consumer ' || (d.empty_receives + 1)
+                       || ' times and failed each time before any send (a poison message)'
+                  else %(reason)s end,
+    empty_receives = d.empty_receives + case when d.received then 1 else 0 end,
+    advance_series = d.received and d.empty_receives + 1 >= %(max_empty_leases)s
+        and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
+    received = false, due_at = %(now)s, redrives = d.redrives + 1,
+    lease_token = null, lease_expires_at = null, updated_at = %(now)s
+where d.id = %(id)s and d.tenant = %(tenant)s and d.state = 'leased' and d.send_attempt is null
+  and (d.lease_token = %(token)s or d.lease_expires_at <= %(now)s)
+returning d.id, d.state;
 -- name: event_add
 insert into delivery_events (tenant, delivery_id, at, actor, event, detail)
 values (%(tenant)s, %(id)s, %(now)s, %(actor)s, %(event)s, %(detail)s);
@@ -359,7 +460,8 @@ where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s
 -- name: delivery_by_key
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
-       d.lease_token, d.lease_expires_at, d.created_at, d.updated_at, s.kind
+       d.lease_token, d.lease_expires_at, d.send_attempt, d.send_deadline, d.superseded,
+       d.created_at, d.updated_at, s.kind
 from deliveries d join schedules s on s.id = d.schedule_id
 where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 
@@ -383,17 +485,30 @@ limit %(limit)s;
 
 -- name: delivery_reconcile
 -- An operator settles a parked or terminal delivery after checking with the receiver.
--- Never one that is due or leased: those belong to the pipeline.
-update deliveries set
+-- Never one that is due or leased: those belong to the pipeline. A retry starts the budgets
+-- afresh (attempts and poison-message tries) and is refused for a delivery its schedule has
+-- moved on from (cancelled, rescheduled, new revision): it would only be suppressed.
+update deliveries d set
     state = case when %(target)s <> 'retry' then %(target)s
-                 when attempts_made = 0 then 'scheduled' else 'retrying' end,
+                 when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
     reason = %(reason)s,
-    due_at = case when %(target)s = 'retry' then %(now)s else due_at end,
+    due_at = case when %(target)s = 'retry' then %(now)s else d.due_at end,
+    attempts_base = case when %(target)s = 'retry' then d.attempts_made else d.attempts_base end,
+    empty_receives = case when %(target)s = 'retry' then 0 else d.empty_receives end,
+    advance_series = case when %(target)s = 'retry' then false else d.advance_series end,
     updated_at = %(now)s
-where delivery_key = %(key)s and tenant = %(tenant)s
-  and state in ('unknown', 'failed', 'dead', 'stale', 'suppressed')
-returning id, tenant, state, reason;
+from schedules s
+where d.delivery_key = %(key)s and d.tenant = %(tenant)s and s.id = d.schedule_id
+  and d.state in ('unknown', 'failed', 'dead', 'stale', 'suppressed')
+  and (%(target)s <> 'retry' or (s.state <> 'cancelled' and s.generation = d.generation
+                                  and s.revision = d.revision))
+returning d.id, d.tenant, d.state, d.reason;
 
+-- name: delivery_schedule_moved_on
+select s.state as schedule_state, s.generation <> d.generation as rescheduled,
+       s.revision <> d.revision as revised
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 -- name: attempts_of_delivery
 select attempt_no, started_at, finished_at, outcome, status_code, detail, retry_after
 from attempts where delivery_id = %(id)s and tenant = %(tenant)s order by attempt_no;

@@ -1,0 +1,306 @@
+"""Each way the state machine used to break a promise, forced in its unlucky order on the real
+Postgres, moto's SQS and a real receiver: outages longer than a lease, a series that cannot
+advance, crashed sends, clocks ahead, racing scanners, deadlocks and rows held by an
+application's open transaction."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from reminders import consumer, db, operator, scanner, schedules
+from reminders.clock import FixedClock
+from reminders.errors import Conflict, InvalidInput
+from reminders.recurrence import Recurrence
+from tests.conftest import Harness, make_runtime
+from tests.integration.pipeline_helpers import (
+    attempts,
+    delivery,
+    effects,
+    event_for,
+    minutes,
+    register,
+    schedule_webhook,
+    take_messages,
+    tick,
+    work,
+)
+
+
+def _urls(h: Harness) -> Any:
+    from reminders.config import QueueUrls
+
+    return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+
+
+def _runtime(h: Harness, database_url: str, **limits: int) -> None:
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, **limits)
+
+
+def test_a_consumer_outage_of_many_leases_parks_nothing_dead(harness: Harness,
+                                                             database_url: str) -> None:
+    """Item 1: leases that expire because nobody consumed them are not poison pills."""
+    h = harness
+    _runtime(h, database_url, max_empty_leases=2, lease_seconds=60)
+    keys = schedule_webhook(h, "outage", recipients=["a", "b", "c"])
+    for _ in range(12):  # the consumer is down for twelve lease lengths
+        tick(h)
+        take_messages(h, n=10)  # the messages vanish unread (expired, or a dead consumer)
+        h.clock.advance(timedelta(seconds=61))
+    assert {delivery(h, k)["state"] for k in keys} <= {"scheduled", "leased"}
+    tick(h)
+    work(h)
+    assert {delivery(h, k)["state"] for k in keys} == {"sent"}
+    assert set(effects(h)) == set(keys)
+
+
+def test_an_operator_retry_of_a_poison_message_starts_its_count_afresh(
+        harness: Harness, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    _runtime(h, database_url, max_empty_leases=2, lease_seconds=60)
+    (key,) = schedule_webhook(h, "poison-retry")
+    real_start = consumer._start
+
+    def dies(*args: Any) -> None:
+        raise RuntimeError("dies before any send")
+
+    monkeypatch.setattr(consumer, "_start", dies)
+    for _ in range(3):
+        tick(h)
+        taken = take_messages(h)
+        if taken:
+            with pytest.raises(RuntimeError):
+                consumer.process_batch(event_for(h, taken), h.rt)
+        h.clock.advance(timedelta(seconds=61))
+    assert delivery(h, key)["state"] == "dead"
+    monkeypatch.setattr(consumer, "_start", real_start)
+    operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
+                       reason="fixed the consumer", now=h.clock.now())
+    tick(h)
+    assert delivery(h, key)["state"] == "leased"  # not parked again on the next tick
+    work(h)
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+
+
+def test_an_opt_out_committed_after_the_batch_was_read_stops_its_send(
+        harness: Harness) -> None:
+    """Item 5: the current-state checks run under the row lock, in the transaction that starts
+    the attempt, not on the rows read when the batch arrived."""
+    h = harness
+    first, second = schedule_webhook(h, "pair", recipients=["amy", "ben"])
+    tick(h)
+    messages = take_messages(h)
+
+    def opt_out_meanwhile(name: str) -> None:
+        if name == "deliveries_lock":
+            db.before_statement = None
+            with db.connect(h.rt.settings.database_url) as app:
+                schedules.opt_out(app, tenant="acme", recipient="ben", channel="webhook",
+                                  now=h.clock.now())
+
+    db.before_statement = opt_out_meanwhile
+    try:
+        answer = consumer.process_batch(event_for(h, messages), h.rt)
+    finally:
+        db.before_statement = None
+    assert answer == {"batchItemFailures": []}
+    assert delivery(h, first)["state"] == "sent"
+    assert (delivery(h, second)["state"], delivery(h, second)["reason"]) == (
+        "suppressed", "opted out of webhook")
+    assert effects(h) == {first: 1}
+
+
+def test_a_series_that_cannot_advance_parks_alone_and_the_tick_goes_on(
+        harness: Harness) -> None:
+    """Item 2: one delivery's failure never rolls back the tick for every tenant."""
+    h = harness
+    url = register(h, h.receiver.hook_url("series"))
+    rec = Recurrence(rrule="FREQ=DAILY", tz="Europe/Berlin",
+                     local_start=h.clock.now().replace(tzinfo=None), gap="shift",
+                     overlap="first")
+    schedules.schedule(h.conn, tenant="acme", recipients=["ann"], channel="webhook", to=url,
+                       recurrence=rec, now=h.clock.now() - minutes(61), key="daily")
+    tick(h)
+    work(h)  # sent; the consumer advances the series at once
+    h.conn.execute("update schedules set rrule = 'FREQ=NEVER' where schedule_key = 'daily'")
+    h.conn.execute("update deliveries set state = 'sent', advance_series = true "
+                   "where state = 'scheduled'")  # the next one ended too, with a broken rule
+    (other,) = schedule_webhook(h, "other-tenant", tenant="globex")
+    out = tick(h)
+    assert out["advance_failed"] == 1 and out["published"] == 1
+    work(h)
+    assert delivery(h, other, tenant="globex")["state"] == "sent"
+    parked = h.conn.execute("select reason from deliveries where advance_series = false "
+                            "and reason like '%series not advanced%'").fetchall()
+    assert len(parked) == 1 and "FREQ" in parked[0]["reason"]
+    assert tick(h)["advance_failed"] == 0  # parked once, not retried every tick
+
+
+def test_a_revision_alone_never_revives_an_ended_series_and_old_retries_are_refused(
+        harness: Harness) -> None:
+    """Item 2, the path that used to raise: COUNT=1 fails, a revision-only reschedule, and an
+    operator's retry of the old delivery."""
+    h = harness
+    url = register(h, h.receiver.hook_url("gone", codes=[410]))
+    rec = Recurrence(rrule="FREQ=DAILY;COUNT=1", tz="UTC",
+                     local_start=h.clock.now().replace(tzinfo=None), gap="shift",
+                     overlap="first")
+    result = schedules.schedule(h.conn, tenant="acme", recipients=["bo"], channel="webhook",
+                                to=url, recurrence=rec, now=h.clock.now(), key="once")
+    (key,) = [d.delivery_key for d in result.deliveries]
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "failed"
+    state = h.conn.execute("select state from schedules where schedule_key = 'once'").fetchone()
+    assert state == {"state": "ended"}
+    schedules.reschedule(h.conn, tenant="acme", key="once", now=h.clock.now(), revision="2")
+    state = h.conn.execute("select state from schedules where schedule_key = 'once'").fetchone()
+    assert state == {"state": "ended"}
+    with pytest.raises(InvalidInput, match="rescheduled since; a retry would only be"):
+        operator.reconcile(h.conn, key=key, tenant="acme", target="retry", reason="again",
+                           now=h.clock.now())
+    out = tick(h)
+    assert out["advance_failed"] == 0 and out["leased"] == 0
+
+
+@pytest.mark.resends_allowed
+def test_crashed_webhook_sends_stop_at_the_attempt_budget(harness: Harness) -> None:
+    """Item 4: a consumer dying mid-send is resent with the same key only within budget."""
+    h = harness
+    schedules.set_kind(h.conn, name="twice", now=h.clock.now(), max_attempts=2)
+    (key,) = schedule_webhook(h, "crashy", kind="twice")
+    for _ in range(5):
+        tick(h)
+        for msg in take_messages(h):  # start the attempt, then die before recording it
+            body = json.loads(msg["Body"])
+            db.fetch_one(h.conn, "attempt_start", {
+                "id": body["delivery_id"], "token": body["lease_token"], "now": h.clock.now(),
+                "deadline": h.clock.now() + timedelta(seconds=30)})
+        h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    row = delivery(h, key)
+    assert row["state"] == "dead" and "attempt budget spent (2 of 2)" in row["reason"]
+    assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "unknown"]
+
+
+def test_a_clock_ahead_never_sends_early_nor_holds_a_lease_for_a_month(
+        harness: Harness, database_url: str) -> None:
+    """Item 7: the consumer checks due by its own clock; a lease from a clock running ahead is
+    taken back by the next scanner with a correct clock."""
+    h = harness
+    (key,) = schedule_webhook(h, "early", at=h.clock.now() + timedelta(days=30))
+    ahead = make_runtime(database_url, _urls(h), h.endpoint,
+                         FixedClock(h.clock.now() + timedelta(days=31)))
+    assert scanner.tick(ahead).leased == 1
+    ahead.close()
+    work(h)  # the consumer's own clock says not yet
+    row = delivery(h, key)
+    assert row["state"] == "scheduled" and row["reason"].startswith("not due yet")
+    assert effects(h) == {}
+    scanner.tick(make_runtime(database_url, _urls(h), h.endpoint,
+                              FixedClock(h.clock.now() + timedelta(days=31))))
+    take_messages(h)  # this time the message is lost
+    out = tick(h)  # the correct clock takes the far-future lease back at once
+    assert out["reclaimed"] == {"scheduled": 1}
+    assert "clock running ahead" in delivery(h, key)["reason"]
+
+
+def test_too_little_invocation_time_starts_no_send(harness: Harness) -> None:
+    """Item 8: with less than a send's deadline plus the margin left, nothing is attempted and
+    every message comes back."""
+    h = harness
+    keys = schedule_webhook(h, "late", recipients=["a", "b"])
+    tick(h)
+    messages = take_messages(h)
+
+    class AlmostOut:
+        def get_remaining_time_in_millis(self) -> int:
+            return 4_000
+
+    answer = consumer.process_batch(event_for(h, messages), h.rt, AlmostOut())
+    assert len(answer["batchItemFailures"]) == 2
+    assert all(attempts(h, k) == [] for k in keys) and effects(h) == {}
+
+
+def test_racing_scanners_never_overshoot_the_in_flight_budget(harness: Harness,
+                                                              database_url: str) -> None:
+    """Item 12: the queue depth is read under the scanner's turn."""
+    h = harness
+    url = register(h, h.receiver.hook_url("race-budget"))
+    schedules.schedule(h.conn, tenant="acme", recipients=[f"p{i}" for i in range(60)],
+                       channel="webhook", to=url, at=h.clock.now(), now=h.clock.now(),
+                       key="race-budget")
+    runtimes = [make_runtime(database_url, _urls(h), h.endpoint, h.clock, scan_batch=15,
+                             inflight_budget=20) for _ in range(4)]
+    barrier = threading.Barrier(4)
+
+    def scan(rt: Any) -> None:
+        barrier.wait()
+        scanner.tick(rt)
+
+    threads = [threading.Thread(target=scan, args=(rt,)) for rt in runtimes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert h.rt.deliveries.depth() == 20
+    for rt in runtimes:
+        rt.close()
+
+
+def test_a_deadlock_is_a_retryable_conflict_not_a_database_outage(database_url: str) -> None:
+    """Item 10: Postgres aborting a transaction is reported as what it is."""
+    with db.connect(database_url) as one, db.connect(database_url) as two:
+        one.execute("create table locks (id int primary key)")
+        one.execute("insert into locks values (1), (2)")
+        ready = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def grab(conn: db.Connection, first: int, second: int) -> None:
+            try:
+                with db.transaction(conn):
+                    conn.execute("update locks set id = id where id = %s", (first,))
+                    ready.wait()
+                    with db.translate_errors():
+                        conn.execute("update locks set id = id where id = %s", (second,))
+            except Conflict as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=grab, args=(one, 1, 2)),
+                   threading.Thread(target=grab, args=(two, 2, 1))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(errors) == 1 and errors[0].retryable  # type: ignore[attr-defined]
+    assert "deadlock" in str(errors[0])
+
+
+def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
+        harness: Harness, database_url: str) -> None:
+    """Item 14: bounded lock waits; the blocked message fails alone and comes back."""
+    h = harness
+    _runtime(h, database_url, lock_timeout_ms=500)
+    (blocked,) = schedule_webhook(h, "held")
+    (free,) = schedule_webhook(h, "free", recipients=["bob"])
+    tick(h)
+    messages = take_messages(h)
+    app = psycopg.connect(database_url, autocommit=False)
+    try:
+        app.execute("select 1 from deliveries where delivery_key = %s for update", (blocked,))
+        answer = consumer.process_batch(event_for(h, messages), h.rt)
+        assert len(answer["batchItemFailures"]) == 1
+        assert delivery(h, free)["state"] == "sent"
+        assert delivery(h, blocked)["state"] == "leased" and attempts(h, blocked) == []
+    finally:
+        app.rollback()
+        app.close()
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    tick(h)
+    work(h)
+    assert delivery(h, blocked)["state"] == "sent" and set(effects(h)) == {blocked, free}
