@@ -13,6 +13,9 @@ from urllib.parse import quote
 
 from reminders.errors import ConfigError
 
+# REMINDERS_MAX_RETRY_DELAY's range in seconds: a minute to 30 days.
+MAX_RETRY_DELAY_RANGE = (60, 30 * 86_400)
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -22,6 +25,7 @@ class Limits:
     redrive_budget: int = 3        # replays from the DLQ per delivery at most (kinds may lower it)
     work_rounds: int = 10_000      # bound on local event-loop rounds
     max_empty_leases: int = 5      # leases ending without an attempt before parking as dead
+    max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         redrive_budget=_int(env, "REMINDERS_REDRIVE_BUDGET", 3, 0, 100),
         work_rounds=_int(env, "REMINDERS_WORK_ROUNDS", 10_000, 1, 10_000_000),
         max_empty_leases=_int(env, "REMINDERS_MAX_EMPTY_LEASES", 5, 2, 1000),
+        max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import random
 import signal
 import socket
 import ssl
@@ -21,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from reminders import __version__
+from reminders import __version__, config
 from reminders.channels.base import Message, Outcome
 from reminders.channels.signing import new_secret, verify
-from reminders.channels.webhook import WebhookChannel, parse_retry_after
+from reminders.channels.webhook import MAX_RETRY_AFTER, WebhookChannel, parse_retry_after
 from reminders.clock import FixedClock
 from reminders.local.receiver import WebhookReceiver
+from reminders.retry import Policy, next_try
 
 NOW = datetime(2025, 3, 30, 1, 30, tzinfo=UTC)  # the night Europe's clocks go forward
 SECRET = new_secret()
@@ -411,11 +413,46 @@ def test_https_verifies_the_certificate_for_the_host_name(tmp_path: Path) -> Non
         ("-5", None),
         ("1.5", None),
         ("soon", None),
-        ("99999999999999999", None),
+        ("\u0661\u0662\u0660", None),  # Arabic-Indic digits are not HTTP's DIGIT
+        ("Sun, 30 Mar 2025 01:00:00 GMT", NOW),  # a time already past means now
+        # Absurdly far answers are held at a year: far enough that the retry policy still sees
+        # (and caps) them, near enough that nothing overflows.
+        ("31535999", NOW + timedelta(seconds=31_535_999)),
+        ("31536001", NOW + MAX_RETRY_AFTER),
+        ("99999999999", NOW + MAX_RETRY_AFTER),
+        ("99999999999999999", NOW + MAX_RETRY_AFTER),
+        ("9" * 5000, NOW + MAX_RETRY_AFTER),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", NOW + MAX_RETRY_AFTER),
+        ("Fri, 31 Dec 9999 23:59:59 -1200", NOW + MAX_RETRY_AFTER),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: datetime | None) -> None:
     assert parse_retry_after(value, NOW) == expected
+
+
+def test_the_retry_after_limit_is_beyond_any_configurable_maximum_delay() -> None:
+    assert timedelta(seconds=config.MAX_RETRY_DELAY_RANGE[1]) < MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["99999999999", "Fri, 31 Dec 9999 23:59:59 -0100", "Fri, 31 Dec 9999 23:59:59 GMT"],
+)
+def test_503_with_an_absurd_retry_after_is_retried_within_a_day(
+    hooks: WebhookReceiver, channel: WebhookChannel, header: str
+) -> None:
+    url = hooks.hook_url("down", codes=[503], retry_after_raw=header)
+    result = channel.send(message(url), NOW)
+    assert (result.outcome, result.status_code) == (Outcome.TRANSIENT, 503)
+    assert result.retry_after == NOW + MAX_RETRY_AFTER
+    policy = Policy(max_attempts=5, backoff_base=timedelta(seconds=30),
+                    backoff_cap=timedelta(hours=1), stale_after=None)
+    nxt = next_try(policy, attempts_made=1, occurrence_at=NOW, now=NOW,
+                   retry_after=result.retry_after, rng=random.Random(1))
+    assert (nxt.state, nxt.due_at) == ("retrying", NOW + timedelta(days=1))
+    assert nxt.reason == (
+        "will retry; Retry-After 2026-03-30T01:30:00+00:00 capped at the maximum delay of 86400s"
+    )
 
 
 # --- the receiver's own surface -------------------------------------------------------------

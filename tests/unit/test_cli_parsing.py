@@ -187,6 +187,7 @@ def test_config_defaults() -> None:
         lease_seconds=300,
         redrive_budget=3,
         work_rounds=10_000,
+        max_retry_delay=86_400,
     )
 
 
@@ -204,6 +205,7 @@ def test_config_reads_every_setting() -> None:
         "REMINDERS_EMAIL_SENDER": "a@b.example",
         "REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "1.5",
         "REMINDERS_WEBHOOK_READ_TIMEOUT": "2",
+        "REMINDERS_MAX_RETRY_DELAY": "3600",
     }
     settings = config.load(env)
     assert settings == config.Settings(
@@ -211,7 +213,8 @@ def test_config_reads_every_setting() -> None:
         db_prepare=False,
         queues=config.QueueUrls("http://q/deliveries", "http://q/dlq", "http://q/parking"),
         limits=config.Limits(
-            scan_batch=7, inflight_budget=70, lease_seconds=60, redrive_budget=0, work_rounds=5
+            scan_batch=7, inflight_budget=70, lease_seconds=60, redrive_budget=0, work_rounds=5,
+            max_retry_delay=3600,
         ),
         webhook_allow="127.0.0.1/32",
         email_sender="a@b.example",
@@ -250,6 +253,18 @@ def test_config_reads_every_setting() -> None:
         (
             {"REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "0"},
             "REMINDERS_WEBHOOK_CONNECT_TIMEOUT must be between 0 and 120 seconds, got 0.0",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "59"},
+            "REMINDERS_MAX_RETRY_DELAY must be between 60 and 2592000, got 59",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "2592001"},
+            "REMINDERS_MAX_RETRY_DELAY must be between 60 and 2592000, got 2592001",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "1d"},
+            "REMINDERS_MAX_RETRY_DELAY must be a whole number, got '1d'",
         ),
         (
             {"REMINDERS_QUEUE_URL": "http://q/deliveries"},

@@ -39,6 +39,10 @@ EVENT_TYPE = "reminder.due"
 USER_AGENT = f"reminders/{__version__}"
 MAX_RESPONSE_BYTES = 64 * 1024
 RESPONSE_SNIPPET_CHARS = 512
+# A Retry-After further ahead than this is read as this far: beyond any maximum retry delay (so
+# the retry policy still sees the receiver asked for a long wait, and caps it), and near enough
+# that no date arithmetic can overflow, whatever digits or year a receiver sends.
+MAX_RETRY_AFTER = timedelta(days=365)
 
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _TRANSIENT_4XX = frozenset({408, 425, 429})
@@ -63,19 +67,29 @@ def webhook_body(message: Message) -> bytes:
 
 
 def parse_retry_after(value: str | None, now: datetime) -> datetime | None:
-    """An absolute instant from a Retry-After header (delta-seconds or HTTP-date), else None."""
+    """An absolute UTC instant from a Retry-After header (delta-seconds or HTTP-date), else None.
+
+    The answer lies between ``now`` (a date already past) and ``now + MAX_RETRY_AFTER``.
+    """
     if value is None:
         return None
+    now = require_aware(now, "now").astimezone(UTC)
     text = value.strip()
+    limit = MAX_RETRY_AFTER.total_seconds()
+    if text.isascii() and text.isdigit():
+        # Compared as digits first: int() of thousands of them is refused or slow.
+        seconds = int(text) if len(text) <= len(str(int(limit))) else limit + 1
+        return now + timedelta(seconds=min(seconds, limit))
     try:
-        if text.isdigit():
-            return now + timedelta(seconds=int(text))
         parsed = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if parsed.tzinfo is None:  # "-0000" means UTC with no claim about the local zone
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    # The difference of two aware instants cannot overflow; converting year 9999 at -0100 to
+    # UTC can.
+    wait = parsed - now
+    return now + min(max(wait, timedelta(0)), MAX_RETRY_AFTER)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ Endpoints are scripted by their URL, so a test can register one that misbehaves:
     /hooks/<name>?codes=500,503,200   answers in order per endpoint name; the last one repeats
                  &retry_after=30       Retry-After: 30 on 429/503 answers
                  &retry_after_date=1   ...as an HTTP-date (receiver clock + retry_after, default 60)
+                 &retry_after_raw=...  ...exactly this text (an absurd value, a malformed one)
                  &delay=2.5            wait before answering (the effect is already recorded)
                  &dedup=0              behave like a receiver that ignores the key
 
@@ -72,6 +73,9 @@ class _Script:
             raise InvalidInput("delay and retry_after must not be negative")
         self.codes = codes
         self.retry_after_date = params.get("retry_after_date", "0") not in ("0", "", "false")
+        self.retry_after_raw = params.get("retry_after_raw")
+        if self.retry_after_raw is not None and not self.retry_after_raw.isprintable():
+            raise InvalidInput("retry_after_raw must be printable text")
         self.dedup = params.get("dedup", "1") not in ("0", "false")
 
     def code_for(self, index: int) -> int:
@@ -162,6 +166,7 @@ class WebhookReceiver:
         codes: Sequence[int] = (),
         retry_after: float | None = None,
         retry_after_date: bool = False,
+        retry_after_raw: str | None = None,
         delay: float | None = None,
         dedup: bool = True,
     ) -> str:
@@ -173,6 +178,8 @@ class WebhookReceiver:
             params["retry_after"] = f"{retry_after:g}"
         if retry_after_date:
             params["retry_after_date"] = "1"
+        if retry_after_raw is not None:
+            params["retry_after_raw"] = retry_after_raw
         if delay is not None:
             params["delay"] = f"{delay:g}"
         if not dedup:
@@ -236,6 +243,8 @@ class WebhookReceiver:
             return code
 
     def _retry_after_header(self, script: _Script) -> str | None:
+        if script.retry_after_raw is not None:
+            return script.retry_after_raw
         if script.retry_after_date:
             seconds = (
                 script.retry_after
