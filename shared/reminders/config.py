@@ -45,6 +45,7 @@ class Settings:
     email_sender: str
     webhook_connect_timeout: float = 3.0
     webhook_read_timeout: float = 10.0
+    send_timeout: float = 15.0     # one wall-clock deadline per send: connect, write, whole read
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -153,6 +154,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         email_sender=env.get("REMINDERS_EMAIL_SENDER", "reminders@example.com"),
         webhook_connect_timeout=_float(env, "REMINDERS_WEBHOOK_CONNECT_TIMEOUT", 3.0),
         webhook_read_timeout=_float(env, "REMINDERS_WEBHOOK_READ_TIMEOUT", 10.0),
+        send_timeout=_float(env, "REMINDERS_SEND_TIMEOUT", 15.0),
     )
 
 

@@ -180,6 +180,7 @@ def test_config_defaults() -> None:
         email_sender="reminders@example.com",
         webhook_connect_timeout=3.0,
         webhook_read_timeout=10.0,
+        send_timeout=15.0,
     )
     assert config.Limits() == config.Limits(
         scan_batch=100,
@@ -205,6 +206,7 @@ def test_config_reads_every_setting() -> None:
         "REMINDERS_EMAIL_SENDER": "a@b.example",
         "REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "1.5",
         "REMINDERS_WEBHOOK_READ_TIMEOUT": "2",
+        "REMINDERS_SEND_TIMEOUT": "4.5",
         "REMINDERS_MAX_RETRY_DELAY": "3600",
     }
     settings = config.load(env)
@@ -220,6 +222,7 @@ def test_config_reads_every_setting() -> None:
         email_sender="a@b.example",
         webhook_connect_timeout=1.5,
         webhook_read_timeout=2.0,
+        send_timeout=4.5,
     )
 
 
@@ -253,6 +256,14 @@ def test_config_reads_every_setting() -> None:
         (
             {"REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "0"},
             "REMINDERS_WEBHOOK_CONNECT_TIMEOUT must be between 0 and 120 seconds, got 0.0",
+        ),
+        (
+            {"REMINDERS_SEND_TIMEOUT": "121"},
+            "REMINDERS_SEND_TIMEOUT must be between 0 and 120 seconds, got 121.0",
+        ),
+        (
+            {"REMINDERS_SEND_TIMEOUT": "later"},
+            "REMINDERS_SEND_TIMEOUT must be a number of seconds, got 'later'",
         ),
         (
             {"REMINDERS_MAX_RETRY_DELAY": "59"},
@@ -357,3 +368,17 @@ def test_in_lambda_a_bad_setting_fails_the_cold_start_with_one_clear_error() -> 
         assert done.stderr.strip().splitlines()[-1] == (
             "reminders.errors.ConfigError: REMINDERS_SCAN_BATCH must be a whole number, "
             "got 'lots'"), name
+
+
+def test_the_webhook_channel_gets_the_send_timeout() -> None:
+    from reminders.channels.webhook import WebhookChannel
+    from reminders.runtime import build_channels
+
+    def client(service: str, client_config: object) -> object:
+        raise AssertionError("the webhook channel needs no AWS client")
+
+    settings = config.load({"DATABASE_URL": "postgresql:///x", "REMINDERS_SEND_TIMEOUT": "4.5",
+                            "REMINDERS_WEBHOOK_READ_TIMEOUT": "2"})
+    webhook = build_channels(settings, client)["webhook"]
+    assert isinstance(webhook, WebhookChannel)
+    assert (webhook.send_timeout, webhook.read_timeout) == (4.5, 2.0)
