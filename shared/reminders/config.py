@@ -13,6 +13,9 @@ from urllib.parse import quote
 
 from reminders.errors import ConfigError
 
+# REMINDERS_MAX_RETRY_DELAY's range in seconds: a minute to 30 days.
+MAX_RETRY_DELAY_RANGE = (60, 30 * 86_400)
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -26,6 +29,7 @@ class Limits:
     statement_timeout_ms: int = 30_000  # and this long for one statement
     invocation_margin: int = 5     # seconds of an invocation kept back: no send starts inside it
     send_concurrency: int = 10     # sends of one batch in flight together
+    max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Settings:
     email_sender: str
     webhook_connect_timeout: float = 3.0
     webhook_read_timeout: float = 10.0
+    send_timeout: float = 15.0     # one wall-clock deadline per send: connect, write, whole read
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -97,6 +102,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
                                   3_600_000),
         invocation_margin=_int(env, "REMINDERS_INVOCATION_MARGIN", 5, 0, 600),
         send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 100),
+        max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
     )
 
 
@@ -157,6 +163,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         email_sender=env.get("REMINDERS_EMAIL_SENDER", "reminders@example.com"),
         webhook_connect_timeout=_float(env, "REMINDERS_WEBHOOK_CONNECT_TIMEOUT", 3.0),
         webhook_read_timeout=_float(env, "REMINDERS_WEBHOOK_READ_TIMEOUT", 10.0),
+        send_timeout=_float(env, "REMINDERS_SEND_TIMEOUT", 15.0),
     )
 
 

@@ -35,7 +35,8 @@ OUTCOME_METRICS = {"sent": "Sent", "retrying": "Retrying", "failed": "Failed",
                    "suppressed": "Suppressed", "stale": "Stale", "unknown": "Unknown",
                    "dead": "Dead", "ignored": "MessagesIgnored", "fenced": "Fenced",
                    "released": "Released"}
-# How long a send may take when its channel does not say (SES and SNS: connect plus read).
+# How long a send may take when its channel has no overall deadline of its own (SES and SNS:
+# one attempt, bounded by the client's connect and read timeouts, 3 s and 10 s).
 DEFAULT_SEND_SECONDS = 15.0
 # Time after a send's deadline to record its outcome before the lease may be taken back.
 SETTLE_SECONDS = 30
@@ -370,7 +371,8 @@ def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult
     if result.outcome is Outcome.UNKNOWN and not idempotent:
         return "unknown", f"send may have happened: {result.detail}", None
     policy = retry.Policy(max_attempts=row["max_attempts"], backoff_base=row["backoff_base"],
-                          backoff_cap=row["backoff_cap"], stale_after=row["stale_after"])
+                          backoff_cap=row["backoff_cap"], stale_after=row["stale_after"],
+                          max_delay=timedelta(seconds=rt.settings.limits.max_retry_delay))
     nxt = retry.next_try(policy, attempts_made=attempt_no - row["attempts_base"],
                          occurrence_at=row["occurrence_at"], now=now,
                          retry_after=result.retry_after, rng=rt.rng)

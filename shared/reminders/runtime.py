@@ -81,7 +81,8 @@ def build_channels(settings: config.Settings, client: Any) -> LazyChannels:
 
         return WebhookChannel(allow=parse_allow_list(settings.webhook_allow),
                               connect_timeout=settings.webhook_connect_timeout,
-                              read_timeout=settings.webhook_read_timeout)
+                              read_timeout=settings.webhook_read_timeout,
+                              send_timeout=settings.send_timeout)
 
     def email() -> Channel:
         from reminders.channels.aws_errors import send_client_config

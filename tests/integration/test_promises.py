@@ -188,6 +188,24 @@ def test_crashed_webhook_sends_stop_at_the_attempt_budget(harness: Harness) -> N
     assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "unknown"]
 
 
+def test_a_huge_retry_after_is_capped_at_the_staleness_deadline_and_the_max_delay(
+        harness: Harness) -> None:
+    """Item 6: one 503 with Retry-After of 3,000 years moves nothing past its deadline."""
+    h = harness
+    url = register(h, h.receiver.hook_url("eons", codes=[503], retry_after=94_608_000_000))
+    schedules.set_kind(h.conn, name="trip", now=h.clock.now(), stale_after=timedelta(hours=3))
+    (stale,) = schedule_webhook(h, "trip-eons", url=url, kind="trip")
+    (capped,) = schedule_webhook(h, "digest-eons", url=url, recipients=["cy"])
+    tick(h)
+    work(h)
+    row = delivery(h, stale)
+    assert row["state"] == "stale" and "staleness deadline" in row["reason"]
+    row = delivery(h, capped)
+    assert row["state"] == "retrying"
+    assert row["due_at"] == h.clock.now() + timedelta(seconds=h.rt.settings.limits.max_retry_delay)
+    assert "capped at the maximum delay" in row["reason"]
+
+
 def test_a_clock_ahead_never_sends_early_nor_holds_a_lease_for_a_month(
         harness: Harness, database_url: str) -> None:
     """Item 7: the consumer checks due by its own clock; a lease from a clock running ahead is

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import random
 import signal
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,12 +23,19 @@ from typing import Any
 
 import pytest
 
-from reminders import __version__
+from reminders import __version__, config
 from reminders.channels.base import Message, Outcome
 from reminders.channels.signing import new_secret, verify
-from reminders.channels.webhook import WebhookChannel, parse_retry_after
+from reminders.channels.webhook import (
+    MAX_RETRY_AFTER,
+    RESPONSE_SNIPPET_CHARS,
+    WebhookChannel,
+    parse_retry_after,
+)
 from reminders.clock import FixedClock
+from reminders.errors import InvalidInput
 from reminders.local.receiver import WebhookReceiver
+from reminders.retry import Policy, next_try
 
 NOW = datetime(2025, 3, 30, 1, 30, tzinfo=UTC)  # the night Europe's clocks go forward
 SECRET = new_secret()
@@ -207,6 +216,227 @@ def test_read_timeout_after_the_request_was_written_is_unknown(
     stats = hooks.stats()
     assert stats["effects"] == {slow.delivery_key: 1}
     assert stats["duplicates"] == 1
+
+
+# --- one deadline for the whole send ----------------------------------------------------------
+
+# The receiver's drip answer: status line, Content-Type, Content-Length, the blank line and the
+# JSON body alone are 100 bytes; Server and Date headers come on top.
+DRIP_ANSWER_MIN_BYTES = 100
+
+
+def test_the_send_timeout_is_public_and_validated() -> None:
+    assert WebhookChannel().send_timeout == 15.0
+    assert WebhookChannel(send_timeout=2.5).send_timeout == 2.5
+    with pytest.raises(InvalidInput, match="webhook timeouts must be positive"):
+        WebhookChannel(send_timeout=0)
+
+
+def test_a_drip_fed_answer_is_cut_off_at_the_send_deadline(hooks: WebhookReceiver) -> None:
+    # Every byte arrives well within the 1 s read timeout, so only the overall deadline can stop
+    # the send; without it the exchange lasts as long as the receiver keeps dripping.
+    drip_ms = 50
+    drip_seconds = DRIP_ANSWER_MIN_BYTES * drip_ms / 1000  # 5 s at the very least
+    channel = WebhookChannel(
+        allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=1.0, send_timeout=2.0
+    )
+    msg = message(hooks.hook_url("drip", drip_ms=drip_ms))
+    started = time.monotonic()
+    result = channel.send(msg, NOW)
+    took = time.monotonic() - started
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.detail == (
+        "send deadline of 2.0s hit while waiting for the response; the request was sent"
+    )
+    assert took < 0.6 * drip_seconds
+    assert hooks.stats()["effects"] == {msg.delivery_key: 1}  # why it cannot be "transient"
+
+
+def test_a_drip_that_ends_within_the_deadline_is_read_in_full(hooks: WebhookReceiver) -> None:
+    channel = WebhookChannel(
+        allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=1.0, send_timeout=10.0
+    )
+    result = channel.send(message(hooks.hook_url("drip", codes=[503], retry_after=30,
+                                                 drip_ms=1)), NOW)
+    assert (result.outcome, result.detail) == (Outcome.TRANSIENT, "HTTP 503 Service Unavailable")
+    assert result.retry_after == NOW + timedelta(seconds=30)
+    assert result.extra["response_body"] == '{"status":503,"message":"Service Unavailable"}'
+
+
+@dataclass
+class BodyServer:
+    server: ThreadingHTTPServer
+    written: list[int]  # body bytes written, per request, until done or the client went away
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def body_server(
+    length: int, chunk: int, every: float, tls: ssl.SSLContext | None = None
+) -> BodyServer:
+    """Answers 200 with its headers at once, then ``length`` body bytes, ``chunk`` bytes every
+    ``every`` seconds."""
+    stop = threading.Event()
+    written: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+            done = 0
+            try:
+                while done < length and not stop.wait(every):
+                    piece = b"x" * min(chunk, length - done)
+                    self.wfile.write(piece)
+                    done += len(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                written.append(done)
+
+    class Server(ThreadingHTTPServer):
+        def shutdown(self) -> None:
+            stop.set()
+            super().shutdown()
+
+    server = Server(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return BodyServer(server, written)
+
+
+def test_a_status_that_arrived_stands_when_the_body_is_cut_off() -> None:
+    slow = body_server(length=1000, chunk=1, every=0.02)  # 20 s of body
+    channel = WebhookChannel(
+        allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=1.0, send_timeout=1.0
+    )
+    try:
+        started = time.monotonic()
+        result = channel.send(message(f"http://127.0.0.1:{slow.port}/h"), NOW)
+        took = time.monotonic() - started
+    finally:
+        slow.close()
+    assert (result.outcome, result.status_code) == (Outcome.SENT, 200)
+    assert result.detail == "HTTP 200 OK; response body cut off at the 1.0s send deadline"
+    assert took < 5.0
+
+
+def test_the_deadline_holds_over_https(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "hooks.example.test")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    slow = body_server(length=1000, chunk=1, every=0.02, tls=server_tls)
+    channel = WebhookChannel(
+        allow=["127.0.0.1"], connect_timeout=1.0, read_timeout=1.0, send_timeout=1.0,
+        resolver=lambda host, p: ["127.0.0.1"],
+        ssl_context=ssl.create_default_context(cafile=cert),
+    )
+    try:
+        started = time.monotonic()
+        result = channel.send(message(f"https://hooks.example.test:{slow.port}/h"), NOW)
+        took = time.monotonic() - started
+    finally:
+        slow.close()
+    assert (result.outcome, result.status_code) == (Outcome.SENT, 200)
+    assert result.detail == "HTTP 200 OK; response body cut off at the 1.0s send deadline"
+    assert took < 5.0
+
+
+def test_a_huge_answer_is_read_only_up_to_the_cap() -> None:
+    length = 256 * 1024 * 1024
+    flood = body_server(length=length, chunk=64 * 1024, every=0)
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, send_timeout=5.0)
+    try:
+        result = channel.send(message(f"http://127.0.0.1:{flood.port}/h"), NOW)
+        for _ in range(100):  # the handler notices the closed connection on its next writes
+            if flood.written:
+                break
+            time.sleep(0.05)
+    finally:
+        flood.close()
+    assert (result.outcome, result.detail) == (Outcome.SENT, "HTTP 200 OK")
+    assert result.extra["response_body"] == "x" * RESPONSE_SNIPPET_CHARS
+    [written] = flood.written
+    assert written < length // 4
+
+
+def test_a_request_the_receiver_never_reads_is_cut_off_while_writing() -> None:
+    # A listener that never accepts: the kernel takes the first few kilobytes, then the write
+    # blocks. The 10 s read timeout would allow far longer than the 1 s deadline.
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        channel = WebhookChannel(
+            allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=10.0, send_timeout=1.0
+        )
+        big = dataclasses.replace(message(f"http://127.0.0.1:{port}/h"),
+                                  payload={"blob": "x" * (16 * 1024 * 1024)})
+        started = time.monotonic()
+        result = channel.send(big, NOW)
+        took = time.monotonic() - started
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == (
+        "send deadline of 1.0s hit while writing the request; it was not completely sent"
+    )
+    assert took < 5.0
+
+
+def test_a_deadline_spent_before_connecting_sends_nothing(hooks: WebhookReceiver) -> None:
+    ticks = [100.0]
+
+    def slow_resolver(host: str, port: int) -> list[str]:
+        ticks[0] += 3.0  # the lookup took 3 s of a 2 s deadline
+        return ["127.0.0.1"]
+
+    channel = WebhookChannel(allow=["127.0.0.1/32"], send_timeout=2.0, resolver=slow_resolver,
+                             monotonic=lambda: ticks[0])
+    result = channel.send(message(hooks.hook_url("late")), NOW)
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == (
+        "send deadline of 2.0s hit before a connection was made; nothing was sent"
+    )
+    assert hooks.stats()["by_endpoint"] == {}
+
+
+def test_the_connect_timeout_is_shortened_to_what_is_left_of_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = [100.0]
+    asked: list[float] = []
+
+    def slow_resolver(host: str, port: int) -> list[str]:
+        ticks[0] += 1.5
+        return ["93.184.215.14", "93.184.215.15"]
+
+    def never_connects(address: tuple[str, int], timeout: float) -> socket.socket:
+        asked.append(timeout)
+        ticks[0] += timeout
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", never_connects)
+    channel = WebhookChannel(connect_timeout=3.0, send_timeout=2.0, resolver=slow_resolver,
+                             monotonic=lambda: ticks[0])
+    result = channel.send(message("https://hooks.example.com/h"), NOW)
+    assert asked == [0.5]  # and the second address is not tried
+    assert result.outcome is Outcome.TRANSIENT
+    assert result.detail == (
+        "send deadline of 2.0s hit while connecting to 93.184.215.14:443; nothing was sent"
+    )
 
 
 def test_wrong_secret_is_refused_and_counted(
@@ -411,11 +641,46 @@ def test_https_verifies_the_certificate_for_the_host_name(tmp_path: Path) -> Non
         ("-5", None),
         ("1.5", None),
         ("soon", None),
-        ("99999999999999999", None),
+        ("\u0661\u0662\u0660", None),  # Arabic-Indic digits are not HTTP's DIGIT
+        ("Sun, 30 Mar 2025 01:00:00 GMT", NOW),  # a time already past means now
+        # Absurdly far answers are held at a year: far enough that the retry policy still sees
+        # (and caps) them, near enough that nothing overflows.
+        ("31535999", NOW + timedelta(seconds=31_535_999)),
+        ("31536001", NOW + MAX_RETRY_AFTER),
+        ("99999999999", NOW + MAX_RETRY_AFTER),
+        ("99999999999999999", NOW + MAX_RETRY_AFTER),
+        ("9" * 5000, NOW + MAX_RETRY_AFTER),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", NOW + MAX_RETRY_AFTER),
+        ("Fri, 31 Dec 9999 23:59:59 -1200", NOW + MAX_RETRY_AFTER),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: datetime | None) -> None:
     assert parse_retry_after(value, NOW) == expected
+
+
+def test_the_retry_after_limit_is_beyond_any_configurable_maximum_delay() -> None:
+    assert timedelta(seconds=config.MAX_RETRY_DELAY_RANGE[1]) < MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["99999999999", "Fri, 31 Dec 9999 23:59:59 -0100", "Fri, 31 Dec 9999 23:59:59 GMT"],
+)
+def test_503_with_an_absurd_retry_after_is_retried_within_a_day(
+    hooks: WebhookReceiver, channel: WebhookChannel, header: str
+) -> None:
+    url = hooks.hook_url("down", codes=[503], retry_after_raw=header)
+    result = channel.send(message(url), NOW)
+    assert (result.outcome, result.status_code) == (Outcome.TRANSIENT, 503)
+    assert result.retry_after == NOW + MAX_RETRY_AFTER
+    policy = Policy(max_attempts=5, backoff_base=timedelta(seconds=30),
+                    backoff_cap=timedelta(hours=1), stale_after=None)
+    nxt = next_try(policy, attempts_made=1, occurrence_at=NOW, now=NOW,
+                   retry_after=result.retry_after, rng=random.Random(1))
+    assert (nxt.state, nxt.due_at) == ("retrying", NOW + timedelta(days=1))
+    assert nxt.reason == (
+        "will retry; Retry-After 2026-03-30T01:30:00+00:00 capped at the maximum delay of 86400s"
+    )
 
 
 # --- the receiver's own surface -------------------------------------------------------------

@@ -180,6 +180,7 @@ def test_config_defaults() -> None:
         email_sender="reminders@example.com",
         webhook_connect_timeout=3.0,
         webhook_read_timeout=10.0,
+        send_timeout=15.0,
     )
     assert config.Limits() == config.Limits(
         scan_batch=100,
@@ -187,6 +188,7 @@ def test_config_defaults() -> None:
         lease_seconds=300,
         redrive_budget=3,
         work_rounds=10_000,
+        max_retry_delay=86_400,
     )
 
 
@@ -204,6 +206,8 @@ def test_config_reads_every_setting() -> None:
         "REMINDERS_EMAIL_SENDER": "a@b.example",
         "REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "1.5",
         "REMINDERS_WEBHOOK_READ_TIMEOUT": "2",
+        "REMINDERS_SEND_TIMEOUT": "4.5",
+        "REMINDERS_MAX_RETRY_DELAY": "3600",
     }
     settings = config.load(env)
     assert settings == config.Settings(
@@ -211,12 +215,14 @@ def test_config_reads_every_setting() -> None:
         db_prepare=False,
         queues=config.QueueUrls("http://q/deliveries", "http://q/dlq", "http://q/parking"),
         limits=config.Limits(
-            scan_batch=7, inflight_budget=70, lease_seconds=60, redrive_budget=0, work_rounds=5
+            scan_batch=7, inflight_budget=70, lease_seconds=60, redrive_budget=0, work_rounds=5,
+            max_retry_delay=3600,
         ),
         webhook_allow="127.0.0.1/32",
         email_sender="a@b.example",
         webhook_connect_timeout=1.5,
         webhook_read_timeout=2.0,
+        send_timeout=4.5,
     )
 
 
@@ -250,6 +256,26 @@ def test_config_reads_every_setting() -> None:
         (
             {"REMINDERS_WEBHOOK_CONNECT_TIMEOUT": "0"},
             "REMINDERS_WEBHOOK_CONNECT_TIMEOUT must be between 0 and 120 seconds, got 0.0",
+        ),
+        (
+            {"REMINDERS_SEND_TIMEOUT": "121"},
+            "REMINDERS_SEND_TIMEOUT must be between 0 and 120 seconds, got 121.0",
+        ),
+        (
+            {"REMINDERS_SEND_TIMEOUT": "later"},
+            "REMINDERS_SEND_TIMEOUT must be a number of seconds, got 'later'",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "59"},
+            "REMINDERS_MAX_RETRY_DELAY must be between 60 and 2592000, got 59",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "2592001"},
+            "REMINDERS_MAX_RETRY_DELAY must be between 60 and 2592000, got 2592001",
+        ),
+        (
+            {"REMINDERS_MAX_RETRY_DELAY": "1d"},
+            "REMINDERS_MAX_RETRY_DELAY must be a whole number, got '1d'",
         ),
         (
             {"REMINDERS_QUEUE_URL": "http://q/deliveries"},
@@ -342,3 +368,17 @@ def test_in_lambda_a_bad_setting_fails_the_cold_start_with_one_clear_error() -> 
         assert done.stderr.strip().splitlines()[-1] == (
             "reminders.errors.ConfigError: REMINDERS_SCAN_BATCH must be a whole number, "
             "got 'lots'"), name
+
+
+def test_the_webhook_channel_gets_the_send_timeout() -> None:
+    from reminders.channels.webhook import WebhookChannel
+    from reminders.runtime import build_channels
+
+    def client(service: str, client_config: object) -> object:
+        raise AssertionError("the webhook channel needs no AWS client")
+
+    settings = config.load({"DATABASE_URL": "postgresql:///x", "REMINDERS_SEND_TIMEOUT": "4.5",
+                            "REMINDERS_WEBHOOK_READ_TIMEOUT": "2"})
+    webhook = build_channels(settings, client)["webhook"]
+    assert isinstance(webhook, WebhookChannel)
+    assert (webhook.send_timeout, webhook.read_timeout) == (4.5, 2.0)

@@ -21,9 +21,11 @@ def policy(
     stale_after: timedelta | None = None,
     base: timedelta = BASE,
     cap: timedelta = CAP,
+    max_delay: timedelta = timedelta(days=1),
 ) -> Policy:
     return Policy(
-        max_attempts=max_attempts, backoff_base=base, backoff_cap=cap, stale_after=stale_after
+        max_attempts=max_attempts, backoff_base=base, backoff_cap=cap, stale_after=stale_after,
+        max_delay=max_delay,
     )
 
 
@@ -205,7 +207,7 @@ def test_backoff_alone_can_make_it_stale() -> None:
 def test_no_staleness_window_means_never_stale() -> None:
     far = NOW + timedelta(days=400)
     got = next_try(
-        policy(stale_after=None),
+        policy(stale_after=None, max_delay=timedelta(days=400)),
         attempts_made=1,
         occurrence_at=OCCURRENCE,
         now=NOW,
@@ -253,3 +255,146 @@ def test_the_cap_holds_for_large_attempt_numbers(attempts_made: int) -> None:
     assert delays == expected
     assert max(delays) <= 3600.0
     assert max(delays) > 3600.0 * 0.99
+
+
+# --- the maximum delay ----------------------------------------------------------------------
+
+DAY = timedelta(days=1)
+
+
+def test_the_maximum_delay_defaults_to_one_day() -> None:
+    made = Policy(max_attempts=3, backoff_base=BASE, backoff_cap=CAP, stale_after=None)
+    assert made.max_delay == DAY
+
+
+@pytest.mark.parametrize("max_delay", [timedelta(0), timedelta(seconds=-1)])
+def test_the_maximum_delay_must_be_positive(max_delay: timedelta) -> None:
+    with pytest.raises(ValueError, match="max_delay must be positive"):
+        policy(max_delay=max_delay)
+
+
+def test_a_retry_after_thousands_of_years_ahead_is_capped_at_the_maximum_delay() -> None:
+    # The incident: one 503 asked for a retry ~3,000 years later and the delivery vanished.
+    absurd = datetime(5027, 3, 1, 9, 0, tzinfo=UTC)
+    got = next_try(
+        policy(), attempts_made=1, occurrence_at=OCCURRENCE, now=NOW, retry_after=absurd,
+        rng=random.Random(7),
+    )
+    assert got == Next(
+        "retrying",
+        NOW + DAY,
+        "will retry; Retry-After 5027-03-01T09:00:00+00:00 capped at the maximum delay of 86400s",
+    )
+
+
+def test_a_retry_after_at_datetime_max_is_capped() -> None:
+    got = next_try(
+        policy(max_delay=timedelta(hours=6)), attempts_made=2, occurrence_at=OCCURRENCE, now=NOW,
+        retry_after=datetime.max.replace(tzinfo=UTC), rng=random.Random(7),
+    )
+    assert (got.state, got.due_at) == ("retrying", NOW + timedelta(hours=6))
+    assert "capped at the maximum delay of 21600s" in got.reason
+
+
+def test_a_retry_after_exactly_at_the_maximum_delay_is_kept() -> None:
+    got = next_try(
+        policy(), attempts_made=1, occurrence_at=OCCURRENCE, now=NOW, retry_after=NOW + DAY,
+        rng=random.Random(7),
+    )
+    assert got == Next("retrying", NOW + DAY, "will retry")
+
+
+def test_the_staleness_deadline_beats_the_cap() -> None:
+    # Capping would bring the try back inside the window, but the receiver asked for a time
+    # after the deadline: the reminder has missed its window.
+    stale_after = timedelta(days=2)
+    got = next_try(
+        policy(stale_after=stale_after), attempts_made=1, occurrence_at=OCCURRENCE, now=NOW,
+        retry_after=NOW + timedelta(days=3), rng=random.Random(7),
+    )
+    assert got == Next(
+        "stale",
+        None,
+        "next try at 2027-03-04T09:00:00+00:00 would land after the staleness deadline "
+        "2027-03-03T08:55:00+00:00",
+    )
+
+
+def test_a_capped_retry_after_inside_a_long_window_retries() -> None:
+    got = next_try(
+        policy(stale_after=timedelta(days=30)), attempts_made=1, occurrence_at=OCCURRENCE,
+        now=NOW, retry_after=NOW + timedelta(days=10), rng=random.Random(7),
+    )
+    assert (got.state, got.due_at) == ("retrying", NOW + DAY)
+    assert got.reason.endswith("capped at the maximum delay of 86400s")
+
+
+def test_the_staleness_deadline_is_named_in_utc() -> None:
+    # Postgres hands timestamps back in the session's zone; the reason still speaks UTC.
+    from zoneinfo import ZoneInfo
+
+    berlin = OCCURRENCE.astimezone(ZoneInfo("Europe/Berlin"))
+    got = next_try(
+        policy(stale_after=timedelta(minutes=10)), attempts_made=1, occurrence_at=berlin,
+        now=NOW.astimezone(ZoneInfo("America/New_York")), retry_after=NOW + timedelta(hours=1),
+        rng=random.Random(1),
+    )
+    assert got == Next(
+        "stale",
+        None,
+        "next try at 2027-03-01T10:00:00+00:00 would land after the staleness deadline "
+        "2027-03-01T09:05:00+00:00",
+    )
+
+
+def test_a_backoff_cap_above_the_maximum_delay_jitters_within_the_maximum_delay() -> None:
+    rng = random.Random(17)
+    got = [
+        next_try(
+            policy(cap=timedelta(days=10), max_delay=timedelta(hours=1)), attempts_made=30,
+            occurrence_at=OCCURRENCE, now=NOW, retry_after=None, rng=rng,
+        )
+        for _ in range(1000)
+    ]
+    delays = [delay_of(g) for g in got]
+    assert {g.reason for g in got} == {"will retry"}
+    assert max(delays) <= 3600.0
+    assert max(delays) > 3600.0 * 0.99  # still full jitter, not a pile-up at the cap
+    assert 400 < sum(1 for d in delays if d < 1800.0) < 600
+
+
+def test_a_maximum_delay_under_a_second_still_holds() -> None:
+    got = next_try(
+        policy(max_delay=timedelta(milliseconds=250)), attempts_made=1, occurrence_at=OCCURRENCE,
+        now=NOW, retry_after=None, rng=random.Random(3),
+    )
+    assert got.due_at == NOW + timedelta(milliseconds=250)
+
+
+def test_every_retry_is_within_the_maximum_delay_and_the_deadline() -> None:
+    rng = random.Random(2027)
+    max_delay = timedelta(hours=2)
+    for stale_after in (None, timedelta(minutes=30), timedelta(hours=5), timedelta(days=3)):
+        for attempts_made in (1, 3, 9, 40):
+            for wait in (None, 1, 600, 7199, 7200, 7201, 86_400 * 365 * 3000):
+                retry_after = None if wait is None else NOW + timedelta(seconds=wait)
+                got = next_try(
+                    policy(stale_after=stale_after, cap=timedelta(days=1), max_delay=max_delay),
+                    attempts_made=attempts_made, occurrence_at=OCCURRENCE, now=NOW,
+                    retry_after=retry_after, rng=rng,
+                )
+                if got.state == "stale":
+                    continue
+                assert got.state == "retrying" and got.due_at is not None
+                assert NOW < got.due_at <= NOW + max_delay
+                if stale_after is not None:
+                    assert got.due_at <= OCCURRENCE + stale_after
+
+
+def test_huge_attempt_numbers_and_windows_do_not_overflow() -> None:
+    got = next_try(
+        policy(max_attempts=1_000_000, stale_after=timedelta.max), attempts_made=5000,
+        occurrence_at=OCCURRENCE, now=NOW, retry_after=None, rng=random.Random(6),
+    )
+    assert got.state == "retrying"
+    assert got.due_at is not None and got.due_at <= NOW + CAP

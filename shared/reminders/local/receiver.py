@@ -9,7 +9,10 @@ Endpoints are scripted by their URL, so a test can register one that misbehaves:
     /hooks/<name>?codes=500,503,200   answers in order per endpoint name; the last one repeats
                  &retry_after=30       Retry-After: 30 on 429/503 answers
                  &retry_after_date=1   ...as an HTTP-date (receiver clock + retry_after, default 60)
+                 &retry_after_raw=...  ...exactly this text (an absurd value, a malformed one)
                  &delay=2.5            wait before answering (the effect is already recorded)
+                 &drip_ms=50           write the answer, status line and headers included, one
+                                       byte every 50 ms (a receiver that never quite times out)
                  &dedup=0              behave like a receiver that ignores the key
 
 Every POST must carry a valid Standard Webhooks signature; a bad one is answered 401, counted in
@@ -23,8 +26,10 @@ Every POST must carry a valid Standard Webhooks signature; a bad one is answered
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import signal
+import socket
 import sys
 import threading
 from collections import Counter
@@ -64,14 +69,20 @@ class _Script:
             codes = [int(c) for c in params.get("codes", "200").split(",") if c.strip()]
             self.retry_after = float(params["retry_after"]) if "retry_after" in params else None
             self.delay = float(params.get("delay", "0"))
+            self.drip = float(params.get("drip_ms", "0")) / 1000
         except ValueError as exc:
             raise InvalidInput(f"bad endpoint script {query!r}: {exc}") from None
         if not codes or any(not 200 <= c <= 599 for c in codes):
             raise InvalidInput(f"codes must be HTTP statuses 200-599, got {params.get('codes')!r}")
-        if self.delay < 0 or (self.retry_after is not None and self.retry_after < 0):
-            raise InvalidInput("delay and retry_after must not be negative")
+        if self.delay < 0 or self.drip < 0 or (
+            self.retry_after is not None and self.retry_after < 0
+        ):
+            raise InvalidInput("delay, drip_ms and retry_after must not be negative")
         self.codes = codes
         self.retry_after_date = params.get("retry_after_date", "0") not in ("0", "", "false")
+        self.retry_after_raw = params.get("retry_after_raw")
+        if self.retry_after_raw is not None and not self.retry_after_raw.isprintable():
+            raise InvalidInput("retry_after_raw must be printable text")
         self.dedup = params.get("dedup", "1") not in ("0", "false")
 
     def code_for(self, index: int) -> int:
@@ -162,7 +173,9 @@ class WebhookReceiver:
         codes: Sequence[int] = (),
         retry_after: float | None = None,
         retry_after_date: bool = False,
+        retry_after_raw: str | None = None,
         delay: float | None = None,
+        drip_ms: float | None = None,
         dedup: bool = True,
     ) -> str:
         """The URL of a scripted endpoint (see the module docstring)."""
@@ -173,8 +186,12 @@ class WebhookReceiver:
             params["retry_after"] = f"{retry_after:g}"
         if retry_after_date:
             params["retry_after_date"] = "1"
+        if retry_after_raw is not None:
+            params["retry_after_raw"] = retry_after_raw
         if delay is not None:
             params["delay"] = f"{delay:g}"
+        if drip_ms is not None:
+            params["drip_ms"] = f"{drip_ms:g}"
         if not dedup:
             params["dedup"] = "0"
         query = f"?{urlencode(params, safe=',')}" if params else ""
@@ -236,6 +253,8 @@ class WebhookReceiver:
             return code
 
     def _retry_after_header(self, script: _Script) -> str | None:
+        if script.retry_after_raw is not None:
+            return script.retry_after_raw
         if script.retry_after_date:
             seconds = (
                 script.retry_after
@@ -257,9 +276,16 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 super().log_message(format, *args)
 
         def _answer(
-            self, status: int, document: Any, headers: dict[str, str] | None = None
+            self,
+            status: int,
+            document: Any,
+            headers: dict[str, str] | None = None,
+            drip: float = 0.0,
         ) -> None:
             body = json.dumps(document, separators=(",", ":")).encode()
+            # The whole answer is composed first, so a drip can write it byte by byte.
+            buffer = io.BytesIO()
+            wire, self.wfile = self.wfile, buffer
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -268,6 +294,18 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
+                answer = buffer.getvalue()
+            finally:
+                self.wfile = wire
+            try:
+                if not drip:
+                    wire.write(answer)
+                    return
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for index in range(len(answer)):
+                    wire.write(answer[index:index + 1])
+                    if receiver._stopping.wait(drip):
+                        return
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up waiting (a read-timeout test): nothing to tell it
 
@@ -331,7 +369,7 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 phrase = HTTPStatus(code).phrase
             except ValueError:
                 phrase = ""
-            self._answer(code, {"status": code, "message": phrase}, extra)
+            self._answer(code, {"status": code, "message": phrase}, extra, script.drip)
 
     return Handler
 
