@@ -2,7 +2,8 @@
 
 Every command reads its settings from the environment; when ``DATABASE_URL`` is unset and a
 local stack runs (``reminders local up``), it points at that stack. ``REMINDERS_NOW`` fixes the
-clock. A bad argument exits with status 2 and one line on stderr.
+clock. A bad argument exits with status 2 and one line on stderr; ``work`` exits 4 when
+some records failed or an invocation raised.
 """
 
 from __future__ import annotations
@@ -149,14 +150,46 @@ def cmd_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+EXIT_PARTIAL_FAILURE = 4  # `work`: some records failed or an invocation raised
+WORK_EXIT_STATUSES = (
+    "exit status: 0 the queues emptied and no record failed; 1 the queues did not empty within "
+    "the bounds; 4 some records failed or an invocation raised (a partial failure: the counts "
+    "and the first error go to stderr, and the failed records are retried, dead-lettered or "
+    "parked as in Lambda); 2 a bad argument.")
+
+
 def cmd_work(args: argparse.Namespace) -> int:
     from reminders.local import pipeline
 
     rt = _runtime()
     summary = pipeline.work(rt, max_seconds=args.max_seconds)
-    emit(args, summary, f"consumer: {summary['consumer']}; redrive: {summary['redrive']}; "
-                        f"idle: {summary['idle']}")
-    return 0 if summary["idle"] else 1
+    emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
+                        f"redrive: {_work_counts(summary['redrive'])}; idle: {summary['idle']}")
+    not_idle = f"the queues did not empty within {args.max_seconds:g}s"
+    if summary["failed_records"] or summary["invocation_errors"]:
+        tail = "" if summary["idle"] else f"; {not_idle}"
+        sys.stderr.write(f"reminders: work: partial failure: {_work_failures(summary)}{tail}\n")
+        return EXIT_PARTIAL_FAILURE
+    if not summary["idle"]:
+        sys.stderr.write(f"reminders: work: {not_idle}\n")
+        return 1
+    return 0
+
+
+def _work_counts(counts: dict[str, Any]) -> str:
+    return (f"{counts['batches']} batches, {counts['records']} records, "
+            f"{counts['failures']} failed, {counts['errors']} invocations raised")
+
+
+def _work_failures(summary: dict[str, Any]) -> str:
+    """One line: per function what failed, then the first invocation error, if one raised."""
+    parts = [f"{name} {summary[name]['failures']} of {summary[name]['records']} records "
+             f"failed, {summary[name]['errors']} invocations raised"
+             for name in ("consumer", "redrive")]
+    first = next((f"{name}: {summary[name]['first_error']}" for name in ("consumer", "redrive")
+                  if summary[name]["first_error"]), None)
+    why = f"first error: {first}" if first else "the handlers' log lines above say why"
+    return "; ".join([*parts, why])
 
 
 def cmd_endpoints_add(args: argparse.Namespace) -> int:
@@ -500,9 +533,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tick", help="one scanner pass")
     _json_flag(p)
     p.set_defaults(func=cmd_tick)
-    p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle")
+    p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle",
+                       description="Feed the queues to the consumer and redrive handlers, as "
+                                   "Lambda's event source mappings do, until the queues are "
+                                   "empty or --max-seconds has passed.",
+                       epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
-    p.add_argument("--max-seconds", type=float, default=60.0)
+    p.add_argument("--max-seconds", type=float, default=60.0,
+                   help="wall-time bound (default: 60)")
     p.set_defaults(func=cmd_work)
 
     endpoints = sub.add_parser("endpoints", help="webhook endpoints")

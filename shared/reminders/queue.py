@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 from reminders.errors import InvalidInput
 
 SQS_BATCH = 10  # SendMessageBatch and DeleteMessageBatch take at most ten entries
+# What parse_body will even look at. SQS allows 256 KiB; what the scanner publishes is under
+# 100 bytes, so anything near this is not ours and is refused before it is parsed.
+MAX_BODY_BYTES = 4096
+# Our bodies are one flat object; a few levels spare for fields a future sender may add.
+MAX_BODY_NESTING = 20
+BIGINT_MAX = 2**63 - 1  # deliveries.id is a Postgres bigint
+# A JSON string (closing quote optional, so no text is scanned twice) or a bracket.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -24,22 +33,81 @@ class LeaseMessage:
 
 
 def parse_body(body: str) -> LeaseMessage:
-    """Parse a queue message body; raise InvalidInput naming what is wrong."""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"body is not JSON: {body[:80]!r}") from None
+    """Parse a queue message body; raise InvalidInput naming what is wrong, in one line.
+    Whatever the body holds, nothing but InvalidInput escapes (invariant 7)."""
+    data = _decode(_checked_text(body))
     if not isinstance(data, dict):
         raise InvalidInput(f"body must be a JSON object, got {type(data).__name__}")
-    delivery_id, token = data.get("delivery_id"), data.get("lease_token")
-    if not isinstance(delivery_id, int) or isinstance(delivery_id, bool) or delivery_id <= 0:
-        raise InvalidInput(f"delivery_id must be a positive integer, got {delivery_id!r}")
-    if not isinstance(token, str):
-        raise InvalidInput(f"lease_token must be a UUID string, got {token!r}")
+    return LeaseMessage(_delivery_id(data.get("delivery_id")),
+                        _lease_token(data.get("lease_token")))
+
+
+def _checked_text(body: object) -> str:
+    """The body, if it is text of a size and shape worth handing to the JSON parser."""
+    if not isinstance(body, str):
+        raise InvalidInput(f"body must be a string, got {type(body).__name__}")
+    size = len(body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        raise InvalidInput(f"body is {size} bytes; the limit is {MAX_BODY_BYTES}")
     try:
-        return LeaseMessage(delivery_id, UUID(token))
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"body is not UTF-8 text: {exc.reason} at character {exc.start}"
+                           ) from None
+    if _nesting(body) > MAX_BODY_NESTING:
+        raise InvalidInput(f"body nests deeper than {MAX_BODY_NESTING} levels")
+    return body
+
+
+def _nesting(text: str) -> int:
+    """How deep arrays and objects nest, brackets inside JSON strings aside."""
+    depth = deepest = 0
+    for token in _JSON_TOKEN.findall(text):
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise InvalidInput("body nests too deeply to parse") from None
+    except InvalidInput:
+        raise
     except ValueError:
-        raise InvalidInput(f"lease_token is not a UUID: {token!r}") from None
+        raise InvalidInput(f"body is not JSON: {text[:80]!r}") from None
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise InvalidInput(f"body is not JSON: {name} is not a JSON value")
+
+
+def _delivery_id(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidInput(f"delivery_id must be a positive integer, got {_shown(value)}")
+    if value > BIGINT_MAX:
+        raise InvalidInput(f"delivery_id must be at most {BIGINT_MAX} (Postgres bigint), "
+                           f"got {_shown(value)}")
+    return value
+
+
+def _lease_token(value: Any) -> UUID:
+    if not isinstance(value, str):
+        raise InvalidInput(f"lease_token must be a UUID string, got {_shown(value)}")
+    try:
+        return UUID(value)
+    except ValueError:
+        raise InvalidInput(f"lease_token is not a UUID: {_shown(value)}") from None
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value as it goes into a reason: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,8 @@ def test_commands_find_the_running_stack_through_reminders_home(
     assert (tick["leased"], tick["published"]) == (1, 1)
     work = home("work", "--json", "--max-seconds", "20", now=DUE).json()
     assert work["idle"] is True
-    assert work["consumer"] == {"batches": 1, "records": 1, "failures": 0}
+    assert work["consumer"] == {"batches": 1, "records": 1, "failures": 0, "errors": 0,
+                                "first_error": None, "last_error": None}
     assert get_json(f"{running_stack['receiver_url']}/_stats")[1]["effects"] == {key: 1}
     assert home("show", key, "--json").json()["state"] == "sent"
     assert home("status", "--json").json()["by_state"] == {**dict.fromkeys(STATES, 0),

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reminders.observability import logger
 from reminders.queue import Queue
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -46,11 +47,54 @@ def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> di
     } for m in messages]}
 
 
+ERROR_TEXT_LIMIT = 300  # characters of an invocation error kept for the summary
+
+
+class InvalidBatchResponse(ValueError):
+    """The handler answered something Lambda could not read; Lambda fails the whole batch."""
+
+
 @dataclass
 class Counts:
     batches: int = 0
     records: int = 0
-    failures: int = 0
+    failures: int = 0                 # records left to the visibility timeout, for a retry
+    errors: int = 0                   # invocations that raised (each failed its whole batch)
+    first_error: str | None = None    # "Type: first line of the message"
+    last_error: str | None = None
+
+    def add_error(self, text: str) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or text
+        self.last_error = text
+
+    def as_json(self) -> dict[str, Any]:
+        return {"batches": self.batches, "records": self.records, "failures": self.failures,
+                "errors": self.errors, "first_error": self.first_error,
+                "last_error": self.last_error}
+
+
+def error_text(exc: BaseException) -> str:
+    """One line naming an exception: its type and the first line of its message."""
+    first = next(iter(str(exc).strip().splitlines()), "")
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return text[:ERROR_TEXT_LIMIT]
+
+
+def failed_ids(answer: Any, message_ids: set[str]) -> set[str]:
+    """The records a partial batch response names; raise InvalidBatchResponse when it cannot
+    be read, as Lambda then fails the whole batch."""
+    if not isinstance(answer, dict):
+        raise InvalidBatchResponse(f"expected an object, got {type(answer).__name__}")
+    failed: set[str] = set()
+    for failure in answer.get("batchItemFailures") or []:
+        ident = failure.get("itemIdentifier") if isinstance(failure, dict) else None
+        if not isinstance(ident, str) or not ident:
+            raise InvalidBatchResponse("a failure without an itemIdentifier")
+        if ident not in message_ids:
+            raise InvalidBatchResponse(f"{ident[:80]!r} is not a message of this batch")
+        failed.add(ident)
+    return failed
 
 
 class EventSource:
@@ -71,13 +115,7 @@ class EventSource:
         messages = self.queue.receive(self.batch_size)
         if not messages:
             return 0
-        event = sqs_event(messages, self.arn, self.region)
-        context = LambdaContext(function_name=self.function_name)
-        try:
-            answer = self.handler(event, context)
-            failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
-        except Exception:  # noqa: BLE001 (an invocation error fails the batch, as in Lambda)
-            failed = {m["MessageId"] for m in messages}
+        failed = self._invoke(messages)
         done = [m["ReceiptHandle"] for m in messages if m["MessageId"] not in failed]
         if done:
             self.queue.delete(done)
@@ -86,17 +124,33 @@ class EventSource:
         self.counts.failures += len(failed)
         return len(messages)
 
+    def _invoke(self, messages: list[dict[str, Any]]) -> set[str]:
+        """Call the handler; return the ids of the records that failed. An invocation that
+        raises fails its whole batch, as in Lambda, and is logged and counted."""
+        ids = {m["MessageId"] for m in messages}
+        event = sqs_event(messages, self.arn, self.region)
+        context = LambdaContext(function_name=self.function_name)
+        try:
+            return failed_ids(self.handler(event, context), ids)
+        except Exception as exc:  # noqa: BLE001 (an invocation error fails the batch, as in Lambda)
+            self.counts.add_error(error_text(exc))
+            logger.error("invocation failed", exc_info=True, extra={
+                "function": self.function_name, "error_type": type(exc).__name__,
+                "error": str(exc), "records": len(messages), "message_ids": sorted(ids)})
+            return ids
+
 
 def run_until_idle(sources: list[EventSource], *, max_rounds: int, max_seconds: float,
                    idle_sleep: float = 0.2) -> bool:
-    """Poll every source until all queues are empty with nothing in flight. Bounded by rounds
-    and by wall time (failures wait out their visibility timeout). True when idle was reached."""
+    """Poll every source until all queues are empty: nothing visible, in flight or delayed.
+    Bounded by rounds and by wall time (failures wait out their visibility timeout). True only
+    when the queues were seen empty; False when a bound was reached first."""
     deadline = time.monotonic() + max_seconds
     for _ in range(max_rounds):
         got = sum(source.poll_once() for source in sources)
         if got:
             continue
-        if all(sum(s.queue.counts().values()) == 0 for s in sources):
+        if all(source.queue.depth() == 0 for source in sources):
             return True
         if time.monotonic() > deadline:
             return False

@@ -15,7 +15,8 @@ def tick(rt: Runtime) -> dict[str, Any]:
 
 
 def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -> dict[str, Any]:
-    """Run the consumer and redrive handlers until both queues are idle (bounded)."""
+    """Run the consumer and redrive handlers until both queues are idle (bounded). Failed
+    records and invocation errors are counted in the summary, never raised."""
     from functions.consumer.handler import handler as consumer_handler
     from functions.redrive.handler import handler as redrive_handler
 
@@ -27,11 +28,16 @@ def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -
                               max_seconds=max_seconds)
     finally:
         runtime.install(None)
-    return {"idle": idle,
-            "consumer": {"batches": consumer.counts.batches, "records": consumer.counts.records,
-                         "failures": consumer.counts.failures},
-            "redrive": {"batches": redrive.counts.batches, "records": redrive.counts.records,
-                        "failures": redrive.counts.failures}}
+    return summary(idle, consumer, redrive)
+
+
+def summary(idle: bool, consumer: EventSource, redrive: EventSource) -> dict[str, Any]:
+    """What ``work`` reports: idle (the queues were seen empty), per function the counts and
+    the first and last invocation error, and the totals ``reminders work`` exits on."""
+    return {"idle": idle, "consumer": consumer.counts.as_json(),
+            "redrive": redrive.counts.as_json(),
+            "failed_records": consumer.counts.failures + redrive.counts.failures,
+            "invocation_errors": consumer.counts.errors + redrive.counts.errors}
 
 
 def run(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -> dict[str, Any]:

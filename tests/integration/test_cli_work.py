@@ -1,0 +1,75 @@
+"""``reminders work`` tells a partial failure apart from success: exit status 4, the counts and
+the first error reason on stderr, and the same JSON on stdout with keys only added."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from uuid import UUID
+
+from reminders import config
+from reminders.local import stack
+from reminders.queue import LeaseMessage
+from tests.integration.cli_helpers import Cli, base_env
+
+TOKEN = UUID("6f1c2a3e-8d5b-4c7a-9e0f-1a2b3c4d5e6f")
+OLD_KEYS = {"batches", "records", "failures"}
+
+
+def put(moto_endpoint: str, url: str, body: str) -> None:
+    stack.aws_client("sqs", moto_endpoint).send_message(QueueUrl=url, MessageBody=body)
+
+
+def test_work_exits_4_when_records_fail(aws_cli: Cli, queue_urls: config.QueueUrls,
+                                        moto_endpoint: str) -> None:
+    # Nobody can read it: the consumer fails it twice (maxReceiveCount), redrive parks it.
+    put(moto_endpoint, queue_urls.deliveries, "{not json")
+    result = aws_cli("work", "--json", "--max-seconds", "20")
+
+    assert result.code == 4, result.err
+    out = json.loads(result.out)
+    assert out["idle"] is True
+    assert set(out["consumer"]) >= OLD_KEYS and set(out["redrive"]) >= OLD_KEYS
+    assert out["consumer"] == {"batches": 2, "records": 2, "failures": 2, "errors": 0,
+                               "first_error": None, "last_error": None}
+    assert out["redrive"]["records"] == 1 and out["redrive"]["failures"] == 0
+    assert (out["failed_records"], out["invocation_errors"]) == (2, 0)
+    last = result.err.strip().splitlines()[-1]
+    assert last == ("reminders: work: partial failure: consumer 2 of 2 records failed, "
+                    "0 invocations raised; redrive 0 of 1 records failed, 0 invocations "
+                    "raised; the handlers' log lines above say why")
+    assert "malformed message" in result.err  # the consumer's own log line, with the reason
+
+
+def test_work_exits_4_when_an_invocation_raises(aws_cli: Cli, queue_urls: config.QueueUrls,
+                                                moto_endpoint: str) -> None:
+    put(moto_endpoint, queue_urls.deliveries, LeaseMessage(1, TOKEN).body())
+    dead = f"postgresql://nobody:x@127.0.0.1:{stack.free_port()}/nothing"
+    result = aws_cli("work", "--max-seconds", "2", DATABASE_URL=dead)
+
+    assert result.code == 4, result.err
+    assert "idle: False" in result.out
+    last = result.err.strip().splitlines()[-1]
+    assert last.startswith("reminders: work: partial failure: consumer ")
+    assert "first error: consumer: DatabaseUnavailable: cannot connect to Postgres" in last
+    assert last.endswith("; the queues did not empty within 2s")
+    logged = [json.loads(line) for line in result.err.splitlines() if line.startswith("{")]
+    failed = [r for r in logged if r.get("message") == "invocation failed"]
+    assert failed and failed[0]["error_type"] == "DatabaseUnavailable"
+    assert failed[0]["function"] == "consumer"
+
+
+def test_work_exits_0_and_writes_nothing_to_stderr_when_all_went_well(
+        aws_cli: Cli, queue_urls: config.QueueUrls) -> None:
+    result = aws_cli("work", "--json", "--max-seconds", "10")
+    assert (result.code, result.err) == (0, "")
+    out = json.loads(result.out)
+    assert out["idle"] is True and (out["failed_records"], out["invocation_errors"]) == (0, 0)
+
+
+def test_work_help_explains_its_exit_statuses(tmp_path: Path) -> None:
+    result = Cli(base_env(tmp_path))("work", "--help")
+    assert result.code == 0
+    text = " ".join(result.out.split())
+    assert "4 some records failed or an invocation raised" in text
+    assert "1 the queues did not empty within the bounds" in text
