@@ -136,6 +136,9 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     except (DatabaseUnavailable, Conflict) as exc:
         # Postgres is away or would not give the rows: every message not yet answered comes
         # back later. Sends already made keep their ledger entries (the scanner settles them).
+        # Nothing done at all with Postgres away is an invocation error, for the Errors alarm.
+        if isinstance(exc, DatabaseUnavailable) and not run.outcomes:
+            raise
         logger.error("batch stopped", extra={"error": str(exc)})
         for record in event.get("Records", []):
             if record["messageId"] not in run.outcomes:

@@ -354,6 +354,7 @@ def test_every_interleaving_keeps_the_promises(database_url: str, pauses: Pauses
             ran += 1
             if not reached:
                 break
+        print(f"interleavings {first} then {second} on {channel}: {ran}")
         assert ran > 1
         assert found == []
     finally:

@@ -740,3 +740,17 @@ def test_a_publish_failure_does_not_count_as_an_empty_lease(harness: Harness,
     tick(h)
     work(h)
     assert delivery(h, key)["state"] == "sent"
+
+
+def test_redrive_counts_what_it_parks_as_metrics(harness: Harness, database_url: str) -> None:
+    """A deployment whose redrive turns deliveries dead must reach the Dead alarm."""
+    h = harness
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, redrive_budget=0)
+    metrics = RecordingMetrics()
+    h.rt.metrics = metrics
+    schedule_webhook(h, "dead-metric")
+    tick(h)
+    _to_dlq(h)
+    work(h)
+    assert {"Dead": 1} in metrics.flushed
