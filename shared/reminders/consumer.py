@@ -140,6 +140,8 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
         if isinstance(exc, DatabaseUnavailable) and not run.outcomes:
             raise
         logger.error("batch stopped", extra={"error": str(exc)})
+        for message_id in [m for m, out in run.outcomes.items() if out == "sending"]:
+            del run.outcomes[message_id]  # sent, or not: its outcome is not recorded yet
         for record in event.get("Records", []):
             if record["messageId"] not in run.outcomes:
                 run.failures.setdefault(record["messageId"], exc)

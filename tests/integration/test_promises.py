@@ -322,3 +322,35 @@ def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
     tick(h)
     work(h)
     assert delivery(h, blocked)["state"] == "sent" and set(effects(h)) == {blocked, free}
+
+
+@pytest.mark.resends_allowed
+def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) -> None:
+    """pg_terminate_backend while a send is out: the outcome cannot be recorded, the message
+    comes back, and the scanner settles the send after its deadline (same key resent)."""
+    h = harness
+    (key,) = schedule_webhook(h, "killed")
+    tick(h)
+    messages = take_messages(h)
+    webhook = h.rt.channels["webhook"]
+
+    class KillsTheConnection:
+        name = "webhook"
+        honours_idempotency_key = True
+
+        def send(self, message: Any, now: Any) -> Any:
+            pid = h.rt.connection().info.backend_pid
+            h.conn.execute("select pg_terminate_backend(%s)", (pid,))
+            return webhook.send(message, now)
+
+    h.rt.channels = {**h.rt.channels, "webhook": KillsTheConnection()}
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert len(answer["batchItemFailures"]) == 1
+    h.rt.channels = {**h.rt.channels, "webhook": webhook}
+    row = delivery(h, key)
+    assert row["state"] == "leased" and row["send_attempt"] == 1
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert tick(h)["reclaimed"] == {"retrying": 1}
+    work(h)
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+    assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "sent"]
