@@ -10,4 +10,4 @@ runtime.at_cold_start(metrics_factory=EmfMetrics)
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return scanner.tick(runtime.current(metrics_factory=EmfMetrics)).as_json()
+    return scanner.tick(runtime.current(metrics_factory=EmfMetrics), context).as_json()

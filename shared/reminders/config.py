@@ -30,6 +30,8 @@ class Limits:
     invocation_margin: int = 5     # seconds of an invocation kept back: no send starts inside it
     send_concurrency: int = 10     # sends of one batch in flight together
     max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
+    scan_seconds: int = 30         # a scanner tick drains for this long at most
+    publish_concurrency: int = 8   # SendMessageBatch calls of a tick in flight together
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         invocation_margin=_int(env, "REMINDERS_INVOCATION_MARGIN", 5, 0, 600),
         send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 100),
         max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
+        scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
+        publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 8, 1, 64),
     )
 
 

@@ -121,20 +121,28 @@ class Queue:
         self.client = client
         self.url = url
 
-    def publish(self, messages: Sequence[LeaseMessage]) -> list[Rejected]:
-        """Send in batches of ten; return what SQS did not take (whole failed calls included)."""
-        rejected: list[Rejected] = []
-        for start in range(0, len(messages), SQS_BATCH):
-            chunk = messages[start:start + SQS_BATCH]
-            entries = [{"Id": str(i), "MessageBody": m.body()} for i, m in enumerate(chunk)]
-            try:
-                answer = self.client.send_message_batch(QueueUrl=self.url, Entries=entries)
-            except Exception as exc:  # noqa: BLE001 (any failed call rejects its chunk)
-                rejected += [Rejected(m, f"SendMessageBatch failed: {exc}") for m in chunk]
-                continue
-            for failed in answer.get("Failed", []):
-                reason = f"{failed.get('Code', '?')}: {failed.get('Message', '')}".strip()
-                rejected.append(Rejected(chunk[int(failed["Id"])], reason))
+    def publish(self, messages: Sequence[LeaseMessage], *,
+                concurrency: int = 1) -> list[Rejected]:
+        """Send in batches of ten, ``concurrency`` calls at a time; return what SQS did not take
+        (whole failed calls included)."""
+        chunks = [messages[i:i + SQS_BATCH] for i in range(0, len(messages), SQS_BATCH)]
+        if concurrency <= 1 or len(chunks) <= 1:
+            return [r for chunk in chunks for r in self._publish_chunk(chunk)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(chunks))) as pool:
+            return [r for part in pool.map(self._publish_chunk, chunks) for r in part]
+
+    def _publish_chunk(self, chunk: Sequence[LeaseMessage]) -> list[Rejected]:
+        entries = [{"Id": str(i), "MessageBody": m.body()} for i, m in enumerate(chunk)]
+        try:
+            answer = self.client.send_message_batch(QueueUrl=self.url, Entries=entries)
+        except Exception as exc:  # noqa: BLE001 (any failed call rejects its chunk)
+            return [Rejected(m, f"SendMessageBatch failed: {exc}") for m in chunk]
+        rejected = []
+        for failed in answer.get("Failed", []):
+            reason = f"{failed.get('Code', '?')}: {failed.get('Message', '')}".strip()
+            rejected.append(Rejected(chunk[int(failed["Id"])], reason))
         return rejected
 
     def depth(self) -> int:

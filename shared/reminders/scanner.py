@@ -10,6 +10,7 @@ reason and never stops the tick.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 _SCANNER_LOCK = 0x5343414E
+OVERDUE_COUNT_CAP = 10_000
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -37,15 +39,25 @@ class TickSummary:
     published: int = 0
     released: int = 0
     poisoned: int = 0  # of the reclaimed: parked dead as poison messages
-    oldest_overdue_seconds: float = 0.0
-    overdue: int = 0
+    oldest_overdue_seconds: float = 0.0  # paused tenants apart
+    overdue: int = 0  # counted up to OVERDUE_COUNT_CAP
+    passes: int = 0   # lease-and-publish passes this tick
+    paused_overdue_seconds: float = 0.0  # the oldest due delivery of a paused tenant
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def tick(rt: Runtime) -> TickSummary:
+def tick(rt: Runtime, context: Any = None) -> TickSummary:
+    """One scanner invocation. It drains for at most REMINDERS_SCAN_SECONDS, and for at most
+    half the invocation's remaining time when a Lambda context says how much is left."""
+    started = time.monotonic()
+    seconds = float(rt.settings.limits.scan_seconds)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if callable(remaining):
+        seconds = min(seconds, remaining() / 2000.0)
+    deadline = started + seconds
     now = rt.clock.now()
     conn = rt.connection()
     summary = TickSummary(now=iso(now))
@@ -56,7 +68,7 @@ def tick(rt: Runtime) -> TickSummary:
         logger.warning("scanner tick skipped", extra={"reason": summary.skipped})
         return summary
     try:
-        _tick_locked(rt, conn, now, summary)
+        _tick_locked(rt, conn, now, summary, deadline)
     finally:
         if not conn.closed and not conn.broken:
             db.execute(conn, "scanner_unlock", {"key": _SCANNER_LOCK})
@@ -64,6 +76,7 @@ def tick(rt: Runtime) -> TickSummary:
         if summary.reclaimed.get(state):
             rt.metrics.put(metric, summary.reclaimed[state])
     rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
+    rt.metrics.put("PausedOldestOverdueSeconds", summary.paused_overdue_seconds, "Seconds")
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
     rt.metrics.flush()
@@ -71,8 +84,8 @@ def tick(rt: Runtime) -> TickSummary:
     return summary
 
 
-def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime,
-                 summary: TickSummary) -> None:
+def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
+                 deadline: float) -> None:
     limits = rt.settings.limits
     # Counted under the turn: the previous tick's messages are on the queue by now.
     queued = rt.deliveries.depth()
@@ -90,29 +103,55 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime,
         summary.poisoned += row["state"] == "dead" and not row["tried"]
     advance_series(rt, conn, now, summary)
 
-    def lease() -> list[db.Row]:
-        with db.transaction(conn):
-            return db.fetch_all(conn, "lease_due", {
-                "now": now, "batch": limits.scan_batch, "budget": limits.inflight_budget,
-                "queued": queued, "lease_seconds": limits.lease_seconds})
-
-    leased = db.retrying(lease)
-    leased.sort(key=lambda r: (r["due_at"], r["id"]))
-    summary.leased = len(leased)
-    messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
-    rejected = rt.deliveries.publish(messages)
-    summary.published = len(messages) - len(rejected)
-    if rejected:
-        summary.released = db.execute(conn, "lease_release", {
-            "ids": [r.message.delivery_id for r in rejected],
-            "tokens": [r.message.lease_token for r in rejected],
-            "reason": "queue refused the message; due again next tick", "now": now})
-        logger.warning("publish rejected", extra={
-            "rejected": len(rejected), "released": summary.released,
-            "first_reason": rejected[0].reason})
-    overdue = db.fetch_one(conn, "oldest_overdue", {"now": now}) or {}
+    drain(rt, conn, now, summary, queued, deadline)
+    overdue = db.fetch_one(conn, "oldest_overdue", {"now": now, "cap": OVERDUE_COUNT_CAP}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
+    summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
+
+
+def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary, queued: int,
+          deadline: float) -> None:
+    """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
+    or the tick's time is spent. Each pass is fair across tenants."""
+    limits = rt.settings.limits
+    for _ in range(limits.inflight_budget // limits.scan_batch + 1):  # bounded by the budget
+        live = db.fetch_one(conn, "live_leases") or {}
+        room = min(limits.scan_batch,
+                   limits.inflight_budget - max(queued, int(live.get("n") or 0)))
+        if room <= 0 or time.monotonic() >= deadline:
+            return
+        tenants = db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {}
+        share = -(-room // max(1, int(tenants.get("n") or 0)))  # ceil: every tenant gets one
+
+        def lease(n: int = room, share: int = share) -> list[db.Row]:
+            with db.transaction(conn):
+                return db.fetch_all(conn, "lease_due", {
+                    "now": now, "batch": n, "share": share,
+                    "lease_seconds": limits.lease_seconds})
+
+        leased = db.retrying(lease)
+        if not leased:
+            return
+        summary.passes += 1
+        leased.sort(key=lambda r: (r["due_at"], r["id"]))
+        summary.leased += len(leased)
+        messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
+        rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
+        summary.published += len(messages) - len(rejected)
+        queued += len(messages) - len(rejected)
+        if rejected:
+            released = db.execute(conn, "lease_release", {
+                "ids": [r.message.delivery_id for r in rejected],
+                "tokens": [r.message.lease_token for r in rejected],
+                "reason": "queue refused the message; due again next tick", "now": now})
+            summary.released += released
+            logger.warning("publish rejected", extra={
+                "rejected": len(rejected), "released": released,
+                "first_reason": rejected[0].reason})
+            return  # the queue is refusing: try again next tick
+        if len(leased) < room and share >= room:
+            return  # nothing more is due (or the rest is held by other transactions)
 
 
 def advance_series(rt: Runtime, conn: db.Connection, now: datetime,

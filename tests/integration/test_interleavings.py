@@ -47,7 +47,7 @@ class MemoryQueue:
         self.bodies: list[str] = []
         self._lock = threading.Lock()
 
-    def publish(self, messages: list[LeaseMessage]) -> list[Rejected]:
+    def publish(self, messages: list[LeaseMessage], *, concurrency: int = 1) -> list[Rejected]:
         with self._lock:
             self.bodies += [m.body() for m in messages]
         return []

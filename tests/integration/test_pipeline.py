@@ -91,8 +91,7 @@ def test_lease_statement_skips_rows_another_transaction_holds(harness: Harness,
     url = register(h, h.receiver.hook_url("skip"))
     schedules.schedule(h.conn, tenant="acme", recipients=["a", "b", "c", "d"], channel="webhook",
                        to=url, at=h.clock.now(), now=h.clock.now(), key="skip")
-    params = {"now": h.clock.now(), "batch": 2, "budget": 100, "queued": 0, "lease_seconds": 60,
-              "max_empty_leases": 5}
+    params = {"now": h.clock.now(), "batch": 2, "share": 2, "lease_seconds": 60}
     with db.connect(database_url) as other, db.transaction(other):
         first = db.fetch_all(other, "lease_due", params)  # holds its two rows, uncommitted
         with db.transaction(h.conn):

@@ -354,3 +354,40 @@ def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) 
     work(h)
     assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
     assert [a["outcome"] for a in attempts(h, key)] == ["unknown", "sent"]
+
+
+def test_one_tenants_fan_out_never_holds_back_another_tenants_reminder(
+        harness: Harness, database_url: str) -> None:
+    """A pass is fair across tenants: a reminder due in the same minute as a large fan-out goes
+    out in the first pass, although the fan-out's rows are older."""
+    h = harness
+    _runtime(h, database_url, scan_batch=20, inflight_budget=20)
+    url = register(h, h.receiver.hook_url("fair"))
+    schedules.schedule(h.conn, tenant="big", recipients=[f"p{i}" for i in range(500)],
+                       channel="webhook", to=url, at=h.clock.now() - minutes(1),
+                       now=h.clock.now() - minutes(2), key="digest")
+    (small,) = schedule_webhook(h, "one-off", tenant="small", url=url)
+    out = tick(h)  # oldest first alone would fill the whole budget with the fan-out
+    assert out["leased"] == 20
+    assert delivery(h, small, tenant="small")["state"] == "leased"
+
+
+def test_a_tick_drains_until_the_budget_is_full(harness: Harness, database_url: str) -> None:
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=45)
+    schedule_webhook(h, "drain", recipients=[f"p{i}" for i in range(100)])
+    out = tick(h)
+    assert (out["leased"], out["published"], out["passes"]) == (45, 45, 5)
+    assert h.rt.deliveries.depth() == 45
+    out = tick(h)  # the budget is full: nothing more until the consumers take some
+    assert out["leased"] == 0
+
+
+def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
+        harness: Harness) -> None:
+    h = harness
+    schedule_webhook(h, "held", tenant="sleepy", at=h.clock.now() - minutes(30))
+    schedules.set_tenant_paused(h.conn, tenant="sleepy", paused=True)
+    out = tick(h)
+    assert out["leased"] == 0 and out["oldest_overdue_seconds"] == 0.0
+    assert out["paused_overdue_seconds"] == 1800.0

@@ -274,19 +274,39 @@ update deliveries d set
 from decided e
 where d.id = e.id
 returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
+-- name: tenants_with_due_work
+-- CROSS-TENANT: how many tenants have due work (paused ones are not walked): one index probe
+-- per tenant, to split a pass fairly.
+select count(*) as n from tenants t
+where not t.paused and exists (
+    select 1 from deliveries d
+    where d.tenant = t.id and d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s);
+
+-- name: live_leases
+-- The in-flight budget's other half: live leases, read off the lease-expiry index (there are
+-- never more than the budget).
+select count(*) as n from deliveries where state = 'leased';
+
 -- name: lease_due
--- CROSS-TENANT: the one statement that picks work across tenants (paused tenants wait).
--- Oldest due first; rows another transaction holds (an application's reschedule) are skipped.
-with room as (
-    select greatest(0, least(%(batch)s,
-        %(budget)s - greatest(%(queued)s, (select count(*) from deliveries where state = 'leased'))
-    )) as n
+-- CROSS-TENANT: the one statement that picks work across tenants. Fair: every tenant with due
+-- work offers its oldest `share` rows, and the pass takes them round by round (each tenant's
+-- first, then each tenant's second, ...), oldest first within a round, up to `batch`. One
+-- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
+-- most `share` index entries per tenant with due work (plus rows another transaction holds, an
+-- application's reschedule, which are skipped); paused tenants are never walked.
+with offered as (
+    select o.id, o.due_at, row_number() over (partition by t.id order by o.due_at, o.id) as round
+    from tenants t
+    cross join lateral (
+        select d.id, d.due_at from deliveries d
+        where d.tenant = t.id and d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
+        order by d.due_at, d.id
+        limit %(share)s
+        for update skip locked
+    ) o
+    where not t.paused
 ), due as (
-    select d.id from deliveries d join tenants t on t.id = d.tenant
-    where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s and not t.paused
-    order by d.due_at, d.id
-    limit (select n from room)
-    for update of d skip locked
+    select id from offered order by round, due_at, id limit %(batch)s
 )
 update deliveries d set state = 'leased', lease_token = gen_random_uuid(),
                         lease_expires_at = %(now)s + make_interval(secs => %(lease_seconds)s),
@@ -322,11 +342,28 @@ update deliveries set advance_series = false,
 where id = %(id)s and tenant = %(tenant)s
 returning id;
 -- name: oldest_overdue
--- CROSS-TENANT: an operator's health figure over the whole system.
-select extract(epoch from %(now)s - min(due_at))::float8 as seconds, count(*) as overdue
-from deliveries
-where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s;
-
+-- CROSS-TENANT: the system's lateness (paused tenants apart: their backlog is deliberate) and
+-- a paused backlog's age, one index probe per tenant; the overdue count stops at `cap`.
+select extract(epoch from %(now)s - least(
+           (select min(o.due_at) from tenants t cross join lateral (
+                select d.due_at from deliveries d
+                where d.tenant = t.id and d.state in ('scheduled', 'retrying')
+                  and d.due_at <= %(now)s
+                order by d.due_at, d.id limit 1) o
+            where not t.paused),
+           (select min(due_at) from deliveries where state = 'leased' and due_at <= %(now)s))
+       )::float8 as seconds,
+       extract(epoch from %(now)s - (
+           select min(o.due_at) from tenants t cross join lateral (
+               select d.due_at from deliveries d
+               where d.tenant = t.id and d.state in ('scheduled', 'retrying')
+                 and d.due_at <= %(now)s
+               order by d.due_at, d.id limit 1) o
+           where t.paused))::float8 as paused_seconds,
+       (select count(*) from (
+           select 1 from deliveries
+           where state in ('scheduled', 'retrying') and due_at <= %(now)s
+           order by due_at, id limit %(cap)s) c) as overdue;
 -- ---------------------------------------------------------------- consumer and redrive
 
 -- name: deliveries_mark_received
