@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
-from reminders.db.queries import query
+from reminders.db.queries import SERVICE, query
 from reminders.errors import ConfigError, Conflict, DatabaseUnavailable, InvalidInput, NotFound
 
 Row = dict[str, Any]
@@ -97,25 +97,29 @@ def translate_errors() -> Iterator[None]:
         raise DatabaseUnavailable(f"Postgres: {_first_line(exc)}") from exc
 
 
-def fetch_all(conn: Connection, name: str, params: Params = None) -> list[Row]:
+def fetch_all(conn: Connection, name: str, params: Params = None, *,
+              source: str = SERVICE) -> list[Row]:
     _before(name)
     with translate_errors(), conn.cursor() as cur:
-        cur.execute(query(name), params)
+        cur.execute(query(name, source), params)
         return list(cur.fetchall()) if cur.description else []
 
 
-def fetch_one(conn: Connection, name: str, params: Params = None) -> Row | None:
+def fetch_one(conn: Connection, name: str, params: Params = None, *,
+              source: str = SERVICE) -> Row | None:
     _before(name)
     with translate_errors(), conn.cursor() as cur:
-        cur.execute(query(name), params)
+        cur.execute(query(name, source), params)
         return cur.fetchone() if cur.description else None
 
 
-def execute(conn: Connection, name: str, params: Params = None) -> int:
-    """Run a named statement; return the number of rows it touched."""
+def execute(conn: Connection, name: str, params: Params = None, *,
+            source: str = SERVICE) -> int:
+    """Run a named statement (of ``queries.sql``, or of ``source``); return the number of rows
+    it touched."""
     _before(name)
     with translate_errors(), conn.cursor() as cur:
-        cur.execute(query(name), params)
+        cur.execute(query(name, source), params)
         return cur.rowcount
 
 
@@ -159,3 +163,12 @@ def create_database(url: str, name: str, template: str | None = None) -> str:
                     sql.Identifier(name), sql.Identifier(template))
             conn.execute(stmt)
     return with_database(url, name)
+
+
+def drop_database(url: str, name: str) -> None:
+    """Drop a database if present, ending the sessions still connected to it."""
+    from psycopg import sql
+
+    with connect(url) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(
+            sql.Identifier(name)))

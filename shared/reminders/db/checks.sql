@@ -1,0 +1,95 @@
+-- What looks at the service from outside, as named blocks: the invariant checker
+-- (reminders.invariants) and the fault drills (reminders.local.drills). The service never runs
+-- these. All of them are CROSS-TENANT reads over the whole schema; the one that acts
+-- (drill_terminate_service) ends sessions on the drill's own database only.
+
+-- ---------------------------------------------------------------- invariants
+
+-- name: check_leases_past_expiry
+-- (a) No lease outlives its expiry by more than one scanner tick.
+select delivery_key, lease_expires_at,
+       extract(epoch from %(now)s - lease_expires_at)::float8 as past_seconds
+from deliveries
+where state = 'leased'
+  and lease_expires_at < %(now)s - make_interval(secs => %(tick_seconds)s)
+order by lease_expires_at, delivery_key;
+
+-- name: check_open_attempts
+-- (b) An attempt without an outcome belongs to the delivery's current lease, and that lease is
+-- live (or expired less than a tick ago: the next scanner pass reclaims it and closes the try).
+select d.delivery_key, d.state, d.lease_expires_at, a.attempt_no, a.started_at,
+       (d.lease_token is not distinct from a.lease_token) as same_lease
+from attempts a
+join deliveries d on d.id = a.delivery_id
+where a.finished_at is null
+  and not (d.state = 'leased' and d.lease_token = a.lease_token
+           and d.lease_expires_at >= %(now)s - make_interval(secs => %(tick_seconds)s))
+order by d.delivery_key, a.attempt_no;
+
+-- name: check_attempts_over_budget
+-- (c) The ledger never holds more attempts for a delivery than its kind allows (counted since
+-- an operator's retry, which starts the budget afresh).
+select d.delivery_key, k.name as kind, k.max_attempts, count(*) as attempts
+from deliveries d
+join schedules s on s.id = d.schedule_id
+join kinds k on k.name = s.kind
+join attempts a on a.delivery_id = d.id
+group by d.id, d.delivery_key, d.attempts_base, k.name, k.max_attempts
+having count(*) > k.max_attempts + d.attempts_base
+order by d.delivery_key;
+
+-- name: check_ledger_of_keys
+-- (d) What the ledger says about the keys a receiver saw: attempts, and whether one of them
+-- may have sent without recording it.
+select d.delivery_key, count(a.id) as attempts,
+       coalesce(bool_or(a.outcome = 'unknown'), false) as any_unknown
+from deliveries d
+left join attempts a on a.delivery_id = d.id
+where d.delivery_key = any(%(keys)s::text[])
+group by d.delivery_key;
+
+-- name: check_unsettled
+-- (e) Nothing lost: every delivery due by now has an outcome or is held by a live lease.
+select delivery_key, state, reason, due_at, lease_expires_at
+from deliveries
+where due_at <= %(now)s and state in ('scheduled', 'leased', 'retrying')
+  and not (state = 'leased' and lease_expires_at > %(now)s)
+order by due_at, delivery_key;
+
+-- ---------------------------------------------------------------- drills
+
+-- name: drill_pending
+-- Occurrences that have come and have no outcome yet (a retry waiting for later included).
+select count(*) as n from deliveries
+where occurrence_at <= %(now)s and state in ('scheduled', 'leased', 'retrying');
+
+-- name: drill_leased
+select count(*) as n from deliveries where state = 'leased';
+
+-- name: drill_deliveries
+select d.id, d.delivery_key, d.channel, d.destination, d.state, d.reason, d.due_at,
+       d.occurrence_at, d.attempts_made, d.leases, d.lease_token
+from deliveries d
+order by d.id;
+
+-- name: drill_attempts
+select d.delivery_key, a.attempt_no, a.lease_token, a.started_at, a.finished_at, a.outcome,
+       a.detail
+from attempts a
+join deliveries d on d.id = a.delivery_id
+order by d.delivery_key, a.attempt_no;
+
+-- name: drill_max_delivery_id
+select coalesce(max(id), 0) as id from deliveries;
+
+-- name: drill_service_sessions
+select count(*) as n from pg_stat_activity
+where datname = current_database() and application_name = %(application)s
+  and pid <> pg_backend_pid();
+
+-- name: drill_terminate_service
+-- The fault itself: end every session the service holds on this database.
+select count(*) filter (where pg_terminate_backend(pid)) as n
+from pg_stat_activity
+where datname = current_database() and application_name = %(application)s
+  and pid <> pg_backend_pid();

@@ -1,0 +1,140 @@
+"""The fault drills, each in its short form, on the session's Postgres and moto (the restart
+drill on a Postgres of its own): the fault lands, every delivery of the batch gets an outcome,
+and the invariants checked from outside find nothing. Then the checker itself, on rows made to
+break each invariant, and ``reminders drill`` as an operator runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from reminders import cli, db, invariants, schedules
+from reminders.clock import FixedClock
+from reminders.local import drills
+
+TERMINAL = {"sent", "failed", "suppressed", "stale", "unknown", "dead"}
+
+@pytest.fixture(scope="module")
+def lab(pg_server: str, moto_endpoint: str) -> Iterator[drills.Lab]:
+    with drills.Lab(postgres_url=pg_server, endpoint_url=moto_endpoint) as lab:
+        yield lab
+
+
+@pytest.mark.parametrize("name", list(drills.DRILLS))
+def test_drill_recovers_with_no_violation(lab: drills.Lab, name: str) -> None:
+    result = drills.run_drill(name, lab, short=True)
+    report = drills.text(result, limit=50)
+    assert result.faults >= 1, report  # the fault landed: the drill tested something
+    assert result.violations == [], report
+    assert result.recovered, report
+    assert result.recovery_simulated_seconds is not None
+    assert set(result.states) <= TERMINAL, report
+    assert sum(result.states.values()) >= drills.SHORT.webhooks + drills.SHORT.emails
+
+
+def test_the_command_line_knows_every_drill() -> None:
+    assert tuple(drills.DRILLS) == cli.DRILLS
+
+
+def test_reminders_drill_runs_on_servers_of_its_own_and_leaves_nothing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("REMINDERS_", "AWS_")) and k != "DATABASE_URL"}
+    env["REMINDERS_HOME"] = str(tmp_path / "home")  # never a running local stack
+    proc = subprocess.Popen([sys.executable, "-m", "reminders.cli", "drill", "racing-scanners",
+                             "--short", "--json"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    report = json.loads(out)
+    assert report["violations"] == 0
+    (result,) = report["drills"]
+    assert result["name"] == "racing-scanners"
+    assert result["recovered"] is True
+    assert result["states"] == {"sent": drills.SHORT.webhooks + drills.SHORT.emails}
+    assert any("four scanners" in line for line in result["did"])
+    # Its Postgres, moto and files are gone.
+    prefix = f"reminders-drill-{proc.pid}-"
+    assert not [p for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(prefix)]
+    assert not [cmd for cmd in _command_lines() if prefix in cmd]
+    assert not (tmp_path / "home").exists()
+
+
+def _command_lines() -> list[str]:
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        with suppress(OSError):  # it may end while we look
+            found.append(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+# ---------------------------------------------------------------- the checker itself
+
+
+def test_each_broken_invariant_is_one_line_naming_its_delivery(conn: db.Connection) -> None:
+    clock = FixedClock(drills.START)
+    now = clock.now()
+    url = "http://127.0.0.1:9/hooks/x"
+    db.execute(conn, "endpoint_add", {"tenant": None, "url": url, "secret": "whsec_" + "A" * 32})
+    schedules.set_kind(conn, name="tight", now=now, max_attempts=1)
+    keys = {}
+    for name in ("expired", "open", "budget", "twice", "due", "resent"):
+        result = schedules.schedule(conn, tenant="acme", recipients=[name], channel="webhook",
+                                    to=url, at=now, now=now, key=name,
+                                    kind="tight" if name == "budget" else "default")
+        keys[name] = result.deliveries[0].delivery_key
+    ids = {r["delivery_key"]: r["id"] for r in conn.execute(
+        "select id, delivery_key from deliveries").fetchall()}
+
+    def state(name: str, sql: str, *args: object) -> None:
+        conn.execute(f"update deliveries set {sql} where id = %s", (*args, ids[keys[name]]))
+
+    def attempt(name: str, no: int, outcome: str | None) -> None:
+        conn.execute(
+            "insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at,"
+            " finished_at, outcome) values ('acme', %s, %s, gen_random_uuid(), %s, %s, %s)",
+            (ids[keys[name]], no, now, now if outcome else None, outcome))
+
+    state("expired", "state = 'leased', lease_token = gen_random_uuid(), lease_expires_at = %s",
+          now - timedelta(minutes=2))
+    state("open", "state = 'sent'")
+    attempt("open", 1, None)
+    state("budget", "state = 'retrying', due_at = %s", now + timedelta(hours=1))
+    attempt("budget", 1, "transient")
+    attempt("budget", 2, "transient")
+    state("twice", "state = 'sent'")
+    attempt("twice", 1, "sent")
+    state("resent", "state = 'sent'")
+    attempt("resent", 1, "unknown")
+    attempt("resent", 2, "sent")
+    stats = {"requests": {keys["twice"]: 2, keys["resent"]: 2, "schedule:999/0:x:y:webhook": 1},
+             "ok_answers": {keys["twice"]: 2, keys["resent"]: 2}, "effects": {}}
+
+    found = invariants.violations(conn, now=now, receiver_stats=stats)
+
+    expected = [("lease outlived its expiry", "expired"),
+                ("open attempt without a live lease", "open"),
+                ("attempts over budget", "budget"),
+                ("send without its attempt", "twice"),
+                ("more than one effect", "twice")]
+    assert len(found) == len(expected) + 1, found
+    for rule, name in expected:
+        assert any(line.startswith(f"{rule}: {keys[name]}: ") for line in found), (rule, found)
+    assert any(line.startswith("effect without a delivery: schedule:999/") for line in found)
+    assert all("\n" not in line for line in found)
+    assert not any(keys["resent"] in line for line in found)  # a same-key resend, recorded
+
+    unsettled = invariants.unsettled(conn, now + timedelta(minutes=1))
+    assert sorted(line.split(": ")[1] for line in unsettled) == sorted(
+        [keys["expired"], keys["due"]])
+    # Within a tick of its expiry a lease is still the scanner's to reclaim, not a violation.
+    earlier = invariants.violations(conn, now=now - timedelta(seconds=90))
+    assert not any(line.startswith("lease outlived") for line in earlier), earlier
