@@ -32,13 +32,19 @@ def load_rows(conn: db.Connection, ids: list[int]) -> dict[int, db.Row]:
     return {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load", {"ids": ids})}
 
 
-def read(event: dict[str, Any], conn: db.Connection) -> Batch:
+def parse(event: dict[str, Any]) -> dict[str, LeaseMessage | InvalidInput]:
+    """Every body of the batch, by SQS message id: a lease message, or why it is not one."""
     messages: dict[str, LeaseMessage | InvalidInput] = {}
     for record in event.get("Records", []):
         try:
             messages[record["messageId"]] = parse_body(record.get("body", ""))
         except InvalidInput as exc:
             messages[record["messageId"]] = exc
+    return messages
+
+
+def read(event: dict[str, Any], conn: db.Connection) -> Batch:
+    messages = parse(event)
     ids = sorted({m.delivery_id for m in messages.values() if isinstance(m, LeaseMessage)})
     return Batch(messages, load_rows(conn, ids))
 

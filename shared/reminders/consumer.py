@@ -1,28 +1,31 @@
 """The consumer: for a batch of queued ``{delivery id, lease token}``, re-check each row under
 its row lock, start the attempts, send them together, record the outcomes.
 
-Three phases, each fenced on the row:
+Three phases, each fenced on the row, each a few statements for the whole batch sent together
+(psycopg's pipeline mode), so a batch costs a handful of round trips whatever its size:
 
-1. *Received*: the batch's leases are marked as having reached a consumer (committed at once),
-   so a message that keeps failing before any send is recognised as a poison message.
+1. *Received*: the batch's leases are marked as having reached a consumer (committed on its
+   own), so a message that keeps failing before any send is recognised as a poison message.
 2. *Start* (one transaction): lock the rows, read them afresh, decide each one by current
-   state and by this consumer's own clock, and put the sends in flight on the rows (an attempt
-   in the ledger and a deadline on the delivery), committed before anything is sent.
-3. *Send and finish*: the sends run together, each bounded by its deadline; each outcome is
-   recorded in its own savepoint, fenced on the lease token and on that send.
+   state and by this consumer's own clock, and put the sends in flight on the rows (attempts
+   in the ledger and a deadline on each delivery), committed before anything is sent.
+3. *Send and finish*: the sends run together, each bounded by its deadline; the outcomes are
+   recorded in one transaction, fenced on the lease token and on each send (one by one if the
+   whole batch cannot be written, so one held row never costs the others their outcome).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from reminders import db, retry
-from reminders.batch import Batch, partial_response, read
-from reminders.channels.base import Channel, Message, Outcome, SendResult
+from reminders.batch import parse, partial_response
+from reminders.channels.base import Message, Outcome, SendResult
 from reminders.clock import iso
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from reminders.observability import logger
@@ -123,7 +126,42 @@ class BatchRun:
     outcomes: dict[str, str] = field(default_factory=dict)
     failures: dict[str, Exception] = field(default_factory=dict)
     sends: list[Send] = field(default_factory=list)
-    copies: list[tuple[str, LeaseMessage]] = field(default_factory=list)  # another copy acts
+    ended: list[db.Row] = field(default_factory=list)  # recurring deliveries this batch ended
+
+
+@dataclass
+class Writes:
+    """What the start phase decided, as a few statements for the whole batch."""
+
+    events: list[tuple[db.Row, str, str]] = field(default_factory=list)   # row, event, detail
+    settles: list[tuple[str, db.Row, Any, str, str]] = field(default_factory=list)
+    releases: dict[str, list[tuple[db.Row, Any]]] = field(default_factory=dict)  # by reason
+    starts: list[tuple[str, db.Row, Any, datetime]] = field(default_factory=list)
+
+    def submit(self, conn: db.Connection, now: datetime) -> tuple[db.Pending | None,
+                                                                  db.Pending | None]:
+        for reason, leases in self.releases.items():
+            db.submit(conn, "lease_release", {"ids": [r["id"] for r, _ in leases],
+                                              "tokens": [t for _, t in leases],
+                                              "reason": reason, "now": now})
+        settled = None
+        if self.settles:
+            settled = db.submit(conn, "deliveries_settle", settle_arrays(
+                [(row, token, state, reason, None, None)
+                 for _, row, token, state, reason in self.settles], now))
+        if self.events:
+            db.submit(conn, "events_add", {
+                "tenants": [r["tenant"] for r, _, _ in self.events],
+                "ids": [r["id"] for r, _, _ in self.events],
+                "events": [e for _, e, _ in self.events],
+                "details": [d for _, _, d in self.events], "now": now, "actor": "consumer"})
+        started = None
+        if self.starts:
+            started = db.submit(conn, "attempts_start", {
+                "ids": [r["id"] for _, r, _, _ in self.starts],
+                "tokens": [t for _, _, t, _ in self.starts],
+                "deadlines": [d for _, _, _, d in self.starts], "now": now})
+        return settled, started
 
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
@@ -131,8 +169,7 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     run = BatchRun()
     try:
         conn = rt.connection()
-        batch = read(event, conn)
-        run_batch(rt, conn, batch, run, _seconds_left(context))
+        run_batch(rt, conn, parse(event), run, _seconds_left(context))
     except (DatabaseUnavailable, Conflict) as exc:
         # Postgres is away or would not give the rows: every message not yet answered comes
         # back later. Sends already made keep their ledger entries (the scanner settles them).
@@ -152,10 +189,13 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
             raise failure
 
     answer = partial_response(event, handle, context)
-    for outcome, count in Counter(run.outcomes.values()).items():
+    counts = Counter(run.outcomes.values())
+    for outcome, count in counts.items():
         rt.metrics.put(OUTCOME_METRICS[outcome], count)
-    rt.metrics.put("MessagesFailed", len(answer.get("batchItemFailures", [])))
+    failed = len(answer.get("batchItemFailures", []))
+    rt.metrics.put("MessagesFailed", failed)
     rt.metrics.flush()
+    logger.info("batch handled", extra={"outcomes": dict(counts), "failed": failed})
     return answer
 
 
@@ -164,12 +204,20 @@ def _seconds_left(context: Any) -> float | None:
     return remaining() / 1000.0 if callable(remaining) else None
 
 
-def run_batch(rt: Runtime, conn: db.Connection, batch: Batch, run: BatchRun,
+def run_batch(rt: Runtime, conn: db.Connection,
+              messages: dict[str, LeaseMessage | InvalidInput], run: BatchRun,
               seconds_left: float | None) -> None:
-    leases = _acting_messages(batch, run)
+    leases: dict[str, LeaseMessage] = {}
+    for message_id, message in messages.items():
+        if isinstance(message, InvalidInput):
+            logger.error("malformed message", extra={"message_id": message_id,
+                                                     "error": str(message)})
+            run.failures[message_id] = InvalidInput(f"message {message_id}: {message}")
+        else:
+            leases[message_id] = message
     if not leases:
         return
-    bound = max(_send_seconds(rt, row["channel"]) for _, (_, row) in leases.items())
+    bound = max(_send_seconds(rt, channel) for channel in rt.channels)
     margin = rt.settings.limits.invocation_margin
     if seconds_left is not None and seconds_left < bound + margin:
         # Not enough time left to send and record: start nothing, every message comes back.
@@ -178,133 +226,127 @@ def run_batch(rt: Runtime, conn: db.Connection, batch: Batch, run: BatchRun,
                 f"not started: {seconds_left:.1f} s left in the invocation, a send needs "
                 f"{bound:.0f} s plus a {margin} s margin", retryable=True)
         return
-    db.execute(conn, "deliveries_mark_received", {
-        "ids": [m.delivery_id for m, _ in leases.values()],
-        "tokens": [m.lease_token for m, _ in leases.values()]})
     db.retrying(lambda: _start(rt, conn, leases, run))
     _send_all(rt, run.sends)
-    for send in run.sends:
-        run.outcomes[send.message_id] = _finish(rt, conn, send)
-    _advance_ended_series(rt, conn, batch, run)
+    _finish(rt, conn, run)
+    _advance_ended_series(rt, conn, run)
 
 
-def _advance_ended_series(rt: Runtime, conn: db.Connection, batch: Batch, run: BatchRun) -> None:
-    """Make the next occurrence of each series whose delivery this batch ended, at once; what
-    cannot be advanced now (rows held elsewhere) stays flagged for the scanner's next pass."""
-    from reminders.series import advance_flagged
-
-    ended = [batch.rows[m.delivery_id] for mid, m in batch.messages.items()
-             if isinstance(m, LeaseMessage) and m.delivery_id in batch.rows
-             and run.outcomes.get(mid) not in (None, "ignored", "released", "fenced", "retrying")
-             and batch.rows[m.delivery_id]["recurring"]]
-    if ended:
-        try:
-            advance_flagged(conn, ended, rt.clock.now(), actor="consumer")
-        except Conflict as exc:
-            logger.warning("series left for the scanner", extra={"error": str(exc)})
-
-
-def _acting_messages(batch: Batch, run: BatchRun) -> dict[str, tuple[LeaseMessage, db.Row]]:
-    """The messages that may act, by SQS message id. A malformed message or an unknown id
-    fails alone; of several copies for one delivery, the one whose lease is current acts."""
-    chosen: dict[int, tuple[str, LeaseMessage]] = {}
-    for message_id, message in batch.messages.items():
-        if isinstance(message, InvalidInput):
-            logger.error("malformed message", extra={"message_id": message_id,
-                                                     "error": str(message)})
-            run.failures[message_id] = InvalidInput(f"message {message_id}: {message}")
-            continue
-        row = batch.rows.get(message.delivery_id)
-        if row is None:
-            logger.error("unknown delivery", extra={"message_id": message_id,
-                                                    "delivery_id": message.delivery_id})
-            run.failures[message_id] = NotFound(f"message {message_id}: no delivery with id "
-                                                f"{message.delivery_id}")
-            continue
-        other = chosen.get(message.delivery_id)
-        if other is None or (row["lease_token"] == message.lease_token
-                             and row["lease_token"] != other[1].lease_token):
-            if other is not None:
-                run.copies.append(other)
-            chosen[message.delivery_id] = (message_id, message)
-        else:
-            run.copies.append((message_id, message))
-    return {mid: (m, batch.rows[m.delivery_id]) for mid, m in chosen.values()}
-
-
-def _start(rt: Runtime, conn: db.Connection,
-           leases: dict[str, tuple[LeaseMessage, db.Row]], run: BatchRun) -> None:
-    """Lock, re-read and decide every row in one transaction; put the sends in flight."""
+def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
+           run: BatchRun) -> None:
+    """Mark the leases received; then, in one transaction, lock the rows, read them afresh,
+    decide each message and write every decision, the attempts included."""
     run.sends.clear()  # a retried transaction starts over
+    run.ended.clear()
     for message_id in leases:
         run.failures.pop(message_id, None)
-    decided: dict[str, str] = {}
+        run.outcomes.pop(message_id, None)
     now = rt.clock.now()
-    with db.transaction(conn):
-        ids = sorted({m.delivery_id for m, _ in leases.values()})
-        locked = {int(r["id"]) for r in db.fetch_all(conn, "deliveries_lock", {"ids": ids})}
-        rows = {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load",
-                                                      {"ids": sorted(locked)})}
-        for message_id, (message, _) in leases.items():
+    ids = sorted({m.delivery_id for m in leases.values()})
+    writes = Writes()
+    decided: dict[str, str] = {}
+    acting: dict[str, tuple[LeaseMessage, db.Row]] = {}
+    with db.pipeline(conn) as pipe:
+        db.submit(conn, "deliveries_mark_received", {
+            "ids": [m.delivery_id for m in leases.values()],
+            "tokens": [m.lease_token for m in leases.values()]})
+        db.sync(pipe)  # committed on its own, whatever happens next
+        # One implicit transaction from here to the end of the pipeline: the row locks are
+        # held while the decisions are made, and the writes commit together.
+        locked = db.submit(conn, "deliveries_lock", {"ids": ids})
+        loaded = db.submit(conn, "recheck_load", {"ids": ids})
+        held = {int(r["id"]) for r in locked.rows()}
+        rows = {int(r["id"]): r for r in loaded.rows()}
+        for message_id, message in _acting(leases, rows).items():
             row = rows.get(message.delivery_id)
-            if row is None:  # another transaction holds it: this message comes back later
+            if row is None:
+                logger.error("unknown delivery", extra={
+                    "message_id": message_id, "delivery_id": message.delivery_id})
+                run.failures[message_id] = NotFound(
+                    f"message {message_id}: no delivery with id {message.delivery_id}")
+            elif message.delivery_id not in held:  # comes back later
                 run.failures[message_id] = Conflict(
                     f"message {message_id}: delivery {message.delivery_id} is held by "
                     "another transaction", retryable=True)
-                continue
-            decided[message_id] = _start_one(rt, conn, row, message, message_id, now, run)
-        for message_id, message in run.copies:
+            else:
+                decided[message_id] = _decide(rt, row, message, message_id, now, writes)
+                acting[message_id] = (message, row)
+        for message_id, message in leases.items():
             row = rows.get(message.delivery_id)
-            if row is not None:
-                _ignore(conn, row, now, "another copy of this message in the same batch acted"
-                        if row["lease_token"] == message.lease_token else
-                        f"message's lease is not current (delivery is {row['state']})")
-            decided[message_id] = "ignored"
+            if message_id in decided or message_id in run.failures or row is None:
+                continue
+            decided[message_id] = "ignored"  # a second copy in this batch
+            writes.events.append((row, "message ignored", (
+                "another copy of this message in the same batch acted"
+                if row["lease_token"] == message.lease_token else
+                f"message's lease is not current (delivery is {row['state']})")))
+        settled, started = writes.submit(conn, now)
+    # Leaving the pipeline committed the writes; their results are read now.
+    states = {int(r["id"]): r["state"] for r in settled.rows()} if settled else {}
+    attempts = {int(r["delivery_id"]): r for r in started.rows()} if started else {}
+    for message_id, *_ in writes.settles:
+        message, row = acting[message_id]
+        decided[message_id] = states.get(message.delivery_id, "fenced")
+        if decided[message_id] in TERMINAL and row["recurring"]:
+            run.ended.append(row)
+    for message_id, row, token, _ in writes.starts:
+        attempt = attempts.get(int(row["id"]))
+        if attempt is None:  # cannot happen under the row lock; kept as the fence's answer
+            decided[message_id] = "fenced"
+            continue
+        run.sends.append(Send(message_id, row, token, int(attempt["id"]),
+                              int(attempt["attempt_no"])))
     run.outcomes.update(decided)
 
 
-def _ignore(conn: db.Connection, row: db.Row, now: datetime, reason: str) -> str:
-    db.execute(conn, "event_add", {"id": row["id"], "tenant": row["tenant"], "now": now,
-                                   "actor": "consumer", "event": "message ignored",
-                                   "detail": reason})
-    logger.info("message ignored", extra={"delivery_key": row["delivery_key"], "reason": reason})
-    return "ignored"
+TERMINAL = ("sent", "failed", "suppressed", "stale", "unknown", "dead")
 
 
-def _start_one(rt: Runtime, conn: db.Connection, row: db.Row, message: LeaseMessage,
-               message_id: str, now: datetime, run: BatchRun) -> str:
+def _acting(leases: dict[str, LeaseMessage], rows: dict[int, db.Row]) -> dict[str, LeaseMessage]:
+    """Of several messages for one delivery in a batch, the one whose lease is current acts."""
+    chosen: dict[int, tuple[str, LeaseMessage]] = {}
+    for message_id, message in leases.items():
+        row = rows.get(message.delivery_id)
+        other = chosen.get(message.delivery_id)
+        if other is None or (row is not None and row["lease_token"] == message.lease_token
+                             and row["lease_token"] != other[1].lease_token):
+            chosen[message.delivery_id] = (message_id, message)
+    return dict(chosen.values())
+
+
+def _decide(rt: Runtime, row: db.Row, message: LeaseMessage, message_id: str, now: datetime,
+            writes: Writes) -> str:
+    """One message's decision, as writes for the batch; returns what it came to so far."""
     token = message.lease_token
-    decision = recheck(row, token, now)
-    base = {"id": row["id"], "tenant": row["tenant"], "now": now}
+    try:
+        decision = recheck(row, token, now)
+    except Exception as exc:  # noqa: BLE001 (one delivery's failure parks it, never the batch)
+        logger.exception("re-check failed", extra={"delivery_key": row["delivery_key"]})
+        decision = Decision("settle", "dead", f"re-check failed: {type(exc).__name__}: {exc}")
     if decision.action == "ignore":
-        return _ignore(conn, row, now, decision.reason)
+        writes.events.append((row, "message ignored", decision.reason))
+        logger.debug("message ignored", extra={"delivery_key": row["delivery_key"],
+                                               "reason": decision.reason})
+        return "ignored"
     if decision.action == "release":
-        db.execute(conn, "lease_release", {"ids": [row["id"]], "tokens": [token],
-                                           "reason": decision.reason, "now": now})
+        writes.releases.setdefault(decision.reason, []).append((row, token))
         return "released"
     if decision.action == "settle":
         assert decision.state is not None
-        settled = settle(conn, row, token, decision.state, decision.reason, None, now)
-        if settled:
-            db.execute(conn, "event_add", {**base, "actor": "consumer",
-                                           "event": f"re-check: {decision.state}",
-                                           "detail": decision.reason})
-        return decision.state if settled else "fenced"
+        writes.settles.append((message_id, row, token, decision.state, decision.reason))
+        writes.events.append((row, f"re-check: {decision.state}", decision.reason))
+        return decision.state
     deadline = now + timedelta(seconds=_send_seconds(rt, row["channel"]) + SETTLE_SECONDS)
-    attempt = db.fetch_one(conn, "attempt_start", {"id": row["id"], "token": token, "now": now,
-                                                   "deadline": deadline})
-    if attempt is None:  # cannot happen under the row lock; kept as the fence's answer
-        logger.warning("attempt refused by fence", extra={"delivery_key": row["delivery_key"]})
-        return "fenced"
-    run.sends.append(Send(message_id, row, token, int(attempt["id"]),
-                          int(attempt["attempt_no"])))
+    writes.starts.append((message_id, row, token, deadline))
     return "sending"
 
 
 def _send_seconds(rt: Runtime, channel: str) -> float:
-    """The longest one send on this channel may take (its channel's overall deadline)."""
-    made: Channel = rt.channels[channel]
-    return float(getattr(made, "send_timeout", DEFAULT_SEND_SECONDS))
+    """The longest one send on this channel may take: the webhook's overall deadline, or the
+    AWS channels' client timeouts (their clients are not built to ask)."""
+    if channel == "webhook":
+        return max(rt.settings.send_timeout, 1.0)
+    return DEFAULT_SEND_SECONDS
 
 
 def _send_one(rt: Runtime, send: Send) -> None:
@@ -332,39 +374,100 @@ def _send_all(rt: Runtime, sends: list[Send]) -> None:
             list(pool.map(lambda s: _send_one(rt, s), sends))
 
 
-def _finish(rt: Runtime, conn: db.Connection, send: Send) -> str:
-    """Record one send's outcome: the attempt, then the delivery, fenced on this send."""
-    row, result = send.row, send.result
-    assert result is not None
-    finished = rt.clock.now()
-    channel = rt.channels[row["channel"]]
-    state, reason, due_at = _outcome_state(rt, row, send.attempt_no, result, finished,
-                                           channel.honours_idempotency_key)
-    attempt = {"attempt_id": send.attempt_id, "tenant": row["tenant"], "now": finished,
-               "outcome": result.outcome.value, "status_code": result.status_code,
-               "detail": result.detail[:500], "retry_after": result.retry_after}
+@dataclass(frozen=True)
+class Outcomes:
+    """The batch's send outcomes as the columns the two finishing statements take."""
+
+    attempts: dict[str, Any]
+    settles: list[tuple[db.Row, Any, str, str, datetime | None, int]]
+
+
+def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
+    settles = []
+    for send in sends:
+        assert send.result is not None
+        keyed = rt.channels[send.row["channel"]].honours_idempotency_key
+        state, reason, due_at = _outcome_state(rt, send.row, send.attempt_no, send.result, now,
+                                               keyed)
+        settles.append((send.row, send.token, state, reason, due_at, send.attempt_no))
+    results = [s.result for s in sends if s.result is not None]
+    return Outcomes({
+        "attempt_ids": [s.attempt_id for s in sends],
+        "outcomes": [r.outcome.value for r in results],
+        "status_codes": [r.status_code for r in results],
+        "details": [r.detail[:500] for r in results],
+        "retry_afters": [r.retry_after for r in results], "now": now}, settles)
+
+
+def _finish(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
+    """Record every outcome: the attempts, then the deliveries, fenced on each send; one send
+    at a time if the batch as a whole cannot be written (a row held elsewhere)."""
+    if not run.sends:
+        return
+    now = rt.clock.now()
+    done = _outcomes(rt, run.sends, now)
+    try:
+        with db.pipeline(conn):  # one implicit transaction: both or neither
+            db.submit(conn, "attempts_finish", done.attempts)
+            settled = db.submit(conn, "deliveries_settle", settle_arrays(done.settles, now))
+        states = {int(r["id"]): str(r["state"]) for r in settled.rows()}
+    except Conflict:
+        states = {}
+        for send, one in zip(run.sends, done.settles, strict=True):
+            state = _finish_alone(rt, conn, send, one, now)
+            if state is not None:
+                states[int(send.row["id"])] = state
+    lost = [s for s in run.sends if int(s.row["id"]) not in states]
+    if lost:
+        db.execute(conn, "events_add", {
+            "tenants": [s.row["tenant"] for s in lost], "ids": [s.row["id"] for s in lost],
+            "events": ["outcome after losing the lease"] * len(lost),
+            "details": [f"{s.result.outcome.value}: {s.result.detail}" if s.result else ""
+                        for s in lost], "now": now, "actor": "consumer"})
+    for send in run.sends:
+        state = states.get(int(send.row["id"]), "fenced")
+        run.outcomes[send.message_id] = state
+        if state in TERMINAL and send.row["recurring"]:
+            run.ended.append(send.row)
+        assert send.result is not None
+        logger.debug("delivery attempted", extra={
+            "delivery_key": send.row["delivery_key"], "outcome": send.result.outcome.value,
+            "state": state, "detail": send.result.detail})
+
+
+def _finish_alone(rt: Runtime, conn: db.Connection, send: Send,
+                  one: tuple[db.Row, Any, str, str, datetime | None, int],
+                  now: datetime) -> str | None:
+    """One send's outcome on its own. If its delivery's row is held elsewhere (an application
+    transaction left open), the outcome stays in the ledger and the scanner settles the
+    delivery from it when the lease ends."""
+    assert send.result is not None
+    attempt = {"attempt_ids": [send.attempt_id], "outcomes": [send.result.outcome.value],
+               "status_codes": [send.result.status_code],
+               "details": [send.result.detail[:500]],
+               "retry_afters": [send.result.retry_after], "now": now}
     try:
         with db.transaction(conn):
-            db.execute(conn, "attempt_finish", attempt)
-            settled = settle(conn, row, send.token, state, reason, due_at, finished,
-                             attempt_no=send.attempt_no)
-            if not settled:
-                db.execute(conn, "event_add", {
-                    "id": row["id"], "tenant": row["tenant"], "now": finished,
-                    "actor": "consumer", "event": "outcome after losing the lease",
-                    "detail": f"{result.outcome.value}: {result.detail}"})
+            db.execute(conn, "attempts_finish", attempt)
+            rows = db.fetch_all(conn, "deliveries_settle", settle_arrays([one], now))
+        return str(rows[0]["state"]) if rows else None
     except Conflict as exc:
-        # The delivery row is held elsewhere (an application transaction left open): keep the
-        # outcome in the ledger; the scanner settles the delivery from it when the lease ends.
-        db.execute(conn, "attempt_finish", attempt)
+        db.execute(conn, "attempts_finish", attempt)
         logger.warning("outcome recorded, delivery not settled", extra={
-            "delivery_key": row["delivery_key"], "outcome": result.outcome.value,
-            "error": str(exc)})
+            "delivery_key": send.row["delivery_key"], "error": str(exc)})
         return "fenced"
-    logger.info("delivery attempted", extra={
-        "delivery_key": row["delivery_key"], "outcome": result.outcome.value, "state": state,
-        "detail": result.detail, "fenced": not settled})
-    return state if settled else "fenced"
+
+
+def _advance_ended_series(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
+    """Make the next occurrence of each series whose delivery this batch ended, at once; what
+    cannot be advanced now (rows held elsewhere) stays flagged for the scanner's next pass."""
+    from reminders.series import advance_flagged
+
+    if run.ended:
+        try:
+            advance_flagged(conn, run.ended, rt.clock.now(), actor="consumer")
+        except Conflict as exc:
+            logger.warning("series left for the scanner", extra={"error": str(exc)})
 
 
 def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult,
@@ -384,11 +487,19 @@ def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult
     return nxt.state, f"{result.detail}; {nxt.reason}", nxt.due_at
 
 
+def settle_arrays(settles: Sequence[tuple[db.Row, Any, str, str, datetime | None, int | None]],
+                  now: datetime) -> dict[str, Any]:
+    """``deliveries_settle``'s parameters: (row, token, state, reason, due_at, attempt_no)."""
+    return {"ids": [r["id"] for r, *_ in settles], "tokens": [s[1] for s in settles],
+            "states": [s[2] for s in settles], "reasons": [s[3] for s in settles],
+            "due_ats": [s[4] for s in settles], "attempt_nos": [s[5] for s in settles],
+            "now": now}
+
+
 def settle(conn: db.Connection, row: db.Row, token: Any, state: str, reason: str,
            due_at: datetime | None, now: datetime, *, attempt_no: int | None = None) -> bool:
-    """Fenced write of the delivery's next state (no send in flight, or this one). A terminal
-    recurring delivery is flagged for the scanner, which materialises its series' next one."""
-    done = db.fetch_one(conn, "delivery_settle", {
-        "id": row["id"], "tenant": row["tenant"], "token": token, "state": state,
-        "reason": reason, "due_at": due_at, "now": now, "attempt_no": attempt_no})
-    return done is not None
+    """Fenced write of one delivery's next state (no send in flight, or this one). A terminal
+    recurring delivery is flagged for its series' next occurrence."""
+    return bool(db.fetch_all(conn, "deliveries_settle",
+                             settle_arrays([(row, token, state, reason, due_at, attempt_no)],
+                                           now)))

@@ -107,3 +107,12 @@ def at_most_one_effect_per_key(h: Harness) -> None:
 
 def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
+
+
+def start_attempt(h: Harness, delivery_id: Any, token: Any) -> dict[str, Any] | None:
+    """Start an attempt as a consumer would (a send in flight for 30 s), without sending: the
+    consumer then 'crashes'."""
+    rows = db.fetch_all(h.conn, "attempts_start", {
+        "ids": [int(delivery_id)], "tokens": [str(token)],
+        "deadlines": [h.clock.now() + timedelta(seconds=30)], "now": h.clock.now()})
+    return rows[0] if rows else None

@@ -14,7 +14,13 @@ import pytest
 from reminders import batch, consumer, db, schedules
 from reminders.channels.base import Message
 from tests.conftest import Harness, make_runtime
-from tests.integration.pipeline_helpers import event_for, register, take_messages, tick
+from tests.integration.pipeline_helpers import (
+    event_for,
+    register,
+    start_attempt,
+    take_messages,
+    tick,
+)
 
 PENDING = ("scheduled", "leased", "retrying")
 
@@ -24,9 +30,7 @@ def crash_mid_send(h: Harness, body: dict[str, Any]) -> None:
     row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
     if row["state"] != "leased" or str(row["lease_token"]) != body["lease_token"]:
         return
-    attempt = db.fetch_one(h.conn, "attempt_start", {
-        "id": row["id"], "token": body["lease_token"], "now": h.clock.now(),
-        "deadline": h.clock.now() + timedelta(seconds=30)})
+    attempt = start_attempt(h, row["id"], body["lease_token"])
     if attempt is not None:
         h.rt.channels["webhook"].send(Message(
             delivery_key=row["delivery_key"], tenant=row["tenant"], kind=row["kind"],

@@ -28,6 +28,7 @@ from tests.integration.pipeline_helpers import (
     register,
     run_minutes,
     schedule_webhook,
+    start_attempt,
     take_messages,
     tick,
     work,
@@ -129,9 +130,7 @@ def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness:
                          _uuid(json.loads(msg["Body"])["lease_token"]))
     row = batch.load_rows(h.conn, [lease.delivery_id])[lease.delivery_id]
     # Start the attempt and send, then "crash" before recording the outcome.
-    attempt = db.fetch_one(h.conn, "attempt_start", {"id": lease.delivery_id,
-                                                     "token": lease.lease_token,
-                                                     "now": h.clock.now(), "deadline": in_30s(h)})
+    attempt = start_attempt(h, lease.delivery_id, lease.lease_token)
     assert attempt is not None
     from reminders.channels.base import Message
 
@@ -158,10 +157,7 @@ def test_send_then_crash_on_a_channel_without_keys_is_parked_unknown(harness: Ha
     tick(h)
     (msg,) = take_messages(h)
     body = json.loads(msg["Body"])
-    assert db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
-                                                  "token": body["lease_token"],
-                                                  "now": h.clock.now(),
-                                                  "deadline": in_30s(h)}) is not None
+    assert start_attempt(h, body["delivery_id"], body["lease_token"]) is not None
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     assert tick(h)["reclaimed"] == {"unknown": 1}
     row = delivery(h, key)
@@ -182,13 +178,9 @@ def test_stale_lease_holder_write_is_refused(harness: Harness) -> None:
     row = delivery(h, key)
     new_token = row["lease_token"]
     assert str(new_token) != old_token
-    refused = db.fetch_one(h.conn, "delivery_settle", {
-        "id": row["id"], "tenant": "acme", "token": old_token, "state": "sent",
-        "reason": "stale holder", "due_at": None, "now": h.clock.now(), "attempt_no": None})
-    assert refused is None
-    assert db.fetch_one(h.conn, "attempt_start", {"id": row["id"], "token": old_token,
-                                                  "now": h.clock.now(),
-                                                  "deadline": in_30s(h)}) is None
+    assert not consumer.settle(h.conn, row, old_token, "sent", "stale holder", None,
+                               h.clock.now())
+    assert start_attempt(h, row["id"], old_token) is None
     after = delivery(h, key)
     assert after["state"] == "leased" and after["lease_token"] == new_token
     assert attempts(h, key) == []
@@ -504,9 +496,7 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
         keys.append(result.deliveries[0].delivery_key)
     tick(h)
     for body in bodies(take_messages(h, n=2)):  # both crash after starting their attempt
-        db.fetch_one(h.conn, "attempt_start", {"id": body["delivery_id"],
-                                               "token": body["lease_token"],
-                                               "now": h.clock.now(), "deadline": in_30s(h)})
+        start_attempt(h, body["delivery_id"], body["lease_token"])
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     tick(h)
     parked = operator.in_state(h.conn, state="unknown", tenant="acme", limit=10)
@@ -567,9 +557,7 @@ def _crash_mid_send(h: Harness) -> dict[str, Any]:
     message comes back after its visibility timeout)."""
     (msg,) = take_messages(h)
     body = json.loads(msg["Body"])
-    assert db.fetch_one(h.conn, "attempt_start", {
-        "id": body["delivery_id"], "token": body["lease_token"], "now": h.clock.now(),
-        "deadline": in_30s(h)}) is not None
+    assert start_attempt(h, body["delivery_id"], body["lease_token"]) is not None
     h.rt.deliveries.send_raw(msg["Body"], {})
     return msg
 
@@ -701,7 +689,7 @@ def test_a_message_that_always_fails_before_a_send_is_parked_dead(
     def dies(*args: Any) -> None:
         raise RuntimeError("the consumer dies on this message before any send")
 
-    monkeypatch.setattr(consumer, "_start", dies)
+    monkeypatch.setattr(consumer, "_decide", dies)
     summaries = []
     for _ in range(4):  # every consumer that receives its message dies before attempting
         summaries.append(tick(h))

@@ -26,6 +26,7 @@ from tests.integration.pipeline_helpers import (
     minutes,
     register,
     schedule_webhook,
+    start_attempt,
     take_messages,
     tick,
     work,
@@ -65,12 +66,12 @@ def test_an_operator_retry_of_a_poison_message_starts_its_count_afresh(
     h = harness
     _runtime(h, database_url, max_empty_leases=2, lease_seconds=60)
     (key,) = schedule_webhook(h, "poison-retry")
-    real_start = consumer._start
+    real_decide = consumer._decide
 
     def dies(*args: Any) -> None:
         raise RuntimeError("dies before any send")
 
-    monkeypatch.setattr(consumer, "_start", dies)
+    monkeypatch.setattr(consumer, "_decide", dies)
     for _ in range(3):
         tick(h)
         taken = take_messages(h)
@@ -79,7 +80,7 @@ def test_an_operator_retry_of_a_poison_message_starts_its_count_afresh(
                 consumer.process_batch(event_for(h, taken), h.rt)
         h.clock.advance(timedelta(seconds=61))
     assert delivery(h, key)["state"] == "dead"
-    monkeypatch.setattr(consumer, "_start", real_start)
+    monkeypatch.setattr(consumer, "_decide", real_decide)
     operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
                        reason="fixed the consumer", now=h.clock.now())
     tick(h)
@@ -179,9 +180,7 @@ def test_crashed_webhook_sends_stop_at_the_attempt_budget(harness: Harness) -> N
         tick(h)
         for msg in take_messages(h):  # start the attempt, then die before recording it
             body = json.loads(msg["Body"])
-            db.fetch_one(h.conn, "attempt_start", {
-                "id": body["delivery_id"], "token": body["lease_token"], "now": h.clock.now(),
-                "deadline": h.clock.now() + timedelta(seconds=30)})
+            start_attempt(h, body["delivery_id"], body["lease_token"])
         h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     row = delivery(h, key)
     assert row["state"] == "dead" and "attempt budget spent (2 of 2)" in row["reason"]
@@ -391,3 +390,48 @@ def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
     out = tick(h)
     assert out["leased"] == 0 and out["oldest_overdue_seconds"] == 0.0
     assert out["paused_overdue_seconds"] == 1800.0
+
+
+def test_a_batch_costs_four_database_round_trips_whatever_its_size(harness: Harness) -> None:
+    """Mark received; lock and read; decide and start (committed before any send); finish."""
+    h = harness
+    keys = schedule_webhook(h, "trips", recipients=[f"p{i}" for i in range(10)])
+    tick(h)
+    messages = take_messages(h, n=10)
+    conn = h.rt.connection()
+    syncs = count_round_trips(conn, lambda: consumer.process_batch(event_for(h, messages), h.rt))
+    assert {delivery(h, k)["state"] for k in keys} == {"sent"}
+    assert syncs == 4
+
+
+def count_round_trips(conn: db.Connection, work: Any) -> int:
+    """Client messages that wait for the server, from libpq's protocol trace: a Sync, a simple
+    Query, or a Flush that asks for results (one sent right after a Sync waits for nothing
+    more)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            work()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [f[3].split(" ")[0] for f in (line.split("\t") for line in
+                                               trace.read().splitlines())
+                if len(f) > 3 and f[1] == "F"]
+    return sum(1 for i, kind in enumerate(sent)
+               if kind in ("Sync", "Query") or (kind == "Flush" and sent[i - 1] != "Sync"))
+
+
+def test_a_failure_inside_a_pipeline_keeps_nothing_half_done(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "half")
+    tick(h)
+    row = delivery(h, key)
+    with pytest.raises(RuntimeError), db.pipeline(h.conn):
+        db.submit(h.conn, "attempts_start", {
+            "ids": [row["id"]], "tokens": [row["lease_token"]],
+            "deadlines": [h.clock.now() + timedelta(seconds=30)], "now": h.clock.now()})
+        raise RuntimeError("the process fails before the rest is written")
+    assert attempts(h, key) == [] and delivery(h, key)["send_attempt"] is None

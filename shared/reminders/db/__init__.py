@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -121,6 +122,50 @@ def execute(conn: Connection, name: str, params: Params = None, *,
     with translate_errors(), conn.cursor() as cur:
         cur.execute(query(name, source), params)
         return cur.rowcount
+
+
+@contextmanager
+def pipeline(conn: Connection) -> Iterator[psycopg.Pipeline]:
+    """Statements submitted inside go out together: reading a result waits for all of them at
+    once (one round trip where each would cost its own). On an autocommit connection they form
+    one implicit transaction up to the next :func:`sync` or the end of the block, which commits
+    them (a failure rolls all of them back); row locks are held across results read between."""
+    with translate_errors(), conn.pipeline() as pipe:
+        try:
+            yield pipe
+        except BaseException:
+            # Leaving syncs, and a sync commits what was submitted: fail it instead, so
+            # nothing half-done is kept.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(query("pipeline_abandon").encode())
+            raise
+
+
+def sync(pipe: psycopg.Pipeline) -> None:
+    """Commit what the pipeline submitted so far and wait for it (one round trip)."""
+    with translate_errors():
+        pipe.sync()
+
+
+class Pending:
+    """A statement submitted in a pipeline, its result not read yet."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
+        self._cursor = cursor
+
+    def rows(self) -> list[Row]:
+        """The rows it returned (only for a query, or a write with RETURNING)."""
+        with translate_errors():
+            return list(self._cursor.fetchall())
+
+
+def submit(conn: Connection, name: str, params: Params = None) -> Pending:
+    """Send a named statement without waiting for it (inside :func:`pipeline`)."""
+    _before(name)
+    cursor = conn.cursor()
+    with translate_errors():
+        cursor.execute(query(name), params)
+    return Pending(cursor)
 
 
 def _before(name: str) -> None:

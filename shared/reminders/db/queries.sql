@@ -2,6 +2,10 @@
 -- Tenancy: every statement is scoped to one tenant (or to ids that a tenant-scoped statement
 -- handed out), except those marked CROSS-TENANT, which say why.
 
+-- name: pipeline_abandon
+-- Fails an open pipeline's implicit transaction, so leaving the pipeline rolls it back.
+do $$ begin raise exception 'pipeline abandoned by the client'; end $$;
+
 -- name: migrations_applied
 select version from schema_migrations order by version;
 
@@ -410,43 +414,53 @@ left join lateral (
     order by tenant nulls last limit 1
 ) e on true
 where d.id = any(%(ids)s::bigint[]);
--- name: attempt_start
--- Fenced: appends the attempt only while the lease is ours and no send is in flight, and puts
--- the send in flight on the row with its deadline (the lease lasts at least that long).
--- Committed before the send.
-with d as (
-    update deliveries set attempts_made = attempts_made + 1, send_attempt = attempts_made + 1,
-                          send_deadline = %(deadline)s,
-                          lease_expires_at = greatest(lease_expires_at, %(deadline)s),
-                          updated_at = %(now)s
-    where id = %(id)s and lease_token = %(token)s and state = 'leased' and send_attempt is null
-    returning id, tenant, attempts_made
+-- name: attempts_start
+-- Fenced, for a whole batch in one statement: appends each attempt only while its lease is ours
+-- and no send is in flight, and puts the send in flight on the row with its deadline (the lease
+-- lasts at least that long). Committed before any send.
+with started as (
+    update deliveries d set attempts_made = d.attempts_made + 1,
+                            send_attempt = d.attempts_made + 1, send_deadline = r.deadline,
+                            lease_expires_at = greatest(d.lease_expires_at, r.deadline),
+                            updated_at = %(now)s
+    from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(deadlines)s::timestamptz[])
+        as r(id, token, deadline)
+    where d.id = r.id and d.lease_token = r.token and d.state = 'leased'
+      and d.send_attempt is null
+    returning d.id, d.tenant, d.attempts_made, d.lease_token
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
-select d.tenant, d.id, d.attempts_made, %(token)s, %(now)s from d
-returning id, attempt_no;
--- name: attempt_finish
-update attempts set finished_at = %(now)s, outcome = %(outcome)s, status_code = %(status_code)s,
-                    detail = %(detail)s, retry_after = %(retry_after)s
-where id = %(attempt_id)s and tenant = %(tenant)s and finished_at is null;
-
--- name: delivery_settle
--- Fenced on the lease token and on the send in flight: none before a send, this one after it.
--- Superseded while sending: what the send did (sent, failed, unknown) stands, anything else
--- becomes suppressed. A terminal recurring delivery waits for the scanner to advance its series.
+select tenant, id, attempts_made, lease_token, %(now)s from started
+returning id, delivery_id, attempt_no;
+-- name: attempts_finish
+-- The outcomes of a batch's sends, in one statement; an attempt already closed stays as it is.
+update attempts a set finished_at = %(now)s, outcome = r.outcome, status_code = r.status_code,
+                      detail = r.detail, retry_after = r.retry_after
+from unnest(%(attempt_ids)s::bigint[], %(outcomes)s::text[], %(status_codes)s::integer[],
+            %(details)s::text[], %(retry_afters)s::timestamptz[])
+    as r(id, outcome, status_code, detail, retry_after)
+where a.id = r.id and a.finished_at is null;
+-- name: deliveries_settle
+-- Fenced, one statement for any number of deliveries: each on its lease token and on the send
+-- in flight (none before a send, this one after it). Superseded while sending: what the send
+-- did (sent, failed, unknown) stands, anything else becomes suppressed. A terminal recurring
+-- delivery is flagged for its series' next occurrence.
 update deliveries d set
-    state = case when d.superseded is null or %(state)s in ('sent', 'failed', 'unknown')
-                 then %(state)s else 'suppressed' end,
-    reason = case when d.superseded is null then %(reason)s
-                  else %(reason)s || '; ' || d.superseded || ' while the send was in flight' end,
-    due_at = case when d.superseded is null then coalesce(%(due_at)s, d.due_at) else d.due_at end,
+    state = case when d.superseded is null or r.state in ('sent', 'failed', 'unknown')
+                 then r.state else 'suppressed' end,
+    reason = case when d.superseded is null then r.reason
+                  else r.reason || '; ' || d.superseded || ' while the send was in flight' end,
+    due_at = case when d.superseded is null then coalesce(r.due_at, d.due_at) else d.due_at end,
     advance_series = d.superseded is null
-        and %(state)s not in ('scheduled', 'leased', 'retrying')
+        and r.state not in ('scheduled', 'leased', 'retrying')
         and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
     superseded = null, send_attempt = null, send_deadline = null, received = false,
     lease_token = null, lease_expires_at = null, updated_at = %(now)s
-where d.id = %(id)s and d.tenant = %(tenant)s and d.lease_token = %(token)s
-  and d.state = 'leased' and d.send_attempt is not distinct from %(attempt_no)s::integer
+from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[], %(reasons)s::text[],
+            %(due_ats)s::timestamptz[], %(attempt_nos)s::integer[])
+    as r(id, token, state, reason, due_at, attempt_no)
+where d.id = r.id and d.lease_token = r.token and d.state = 'leased'
+  and d.send_attempt is not distinct from r.attempt_no
 returning d.id, d.state;
 -- name: delivery_replay
 -- Redrive: fenced on the lease the dead-lettered message was about (or on an expired one) and
@@ -471,6 +485,15 @@ returning d.id, d.state;
 insert into delivery_events (tenant, delivery_id, at, actor, event, detail)
 values (%(tenant)s, %(id)s, %(now)s, %(actor)s, %(event)s, %(detail)s);
 
+-- name: events_add
+-- A batch's events in one statement.
+insert into delivery_events (tenant, delivery_id, at, actor, event, detail)
+select r.tenant, r.id, %(now)s, %(actor)s, r.event, r.detail
+from unnest(%(tenants)s::text[], %(ids)s::bigint[], %(events)s::text[], %(details)s::text[])
+    as r(tenant, id, event, detail);
+
+-- name: deliveries_exist
+select id from deliveries where id = any(%(ids)s::bigint[]);
 -- ---------------------------------------------------------------- operator reads
 
 -- name: status_by_state
