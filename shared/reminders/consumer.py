@@ -183,12 +183,12 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
             if record["messageId"] not in run.outcomes:
                 run.failures.setdefault(record["messageId"], exc)
 
-    def handle(record: Any) -> None:
-        failure = run.failures.get(record.message_id)
+    def handle(record: dict[str, Any]) -> None:
+        failure = run.failures.get(record["messageId"])
         if failure is not None:
             raise failure
 
-    answer = partial_response(event, handle, context)
+    answer = partial_response(event, handle)
     counts = Counter(run.outcomes.values())
     for outcome, count in counts.items():
         rt.metrics.put(OUTCOME_METRICS[outcome], count)

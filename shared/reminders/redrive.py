@@ -8,10 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-
 from reminders import db
-from reminders.batch import partial_response, read
+from reminders.batch import Record, partial_response, read
 from reminders.clock import iso
 from reminders.consumer import content_check, settle
 from reminders.errors import Conflict, InvalidInput
@@ -30,18 +28,19 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     batch = read(event, conn)
     counts: dict[str, int] = {}
 
-    def handle(record: SQSRecord) -> str:
-        message = batch.messages[record.message_id]
+    def handle(record: Record) -> str:
+        message_id = str(record["messageId"])
+        message = batch.messages[message_id]
         if isinstance(message, InvalidInput):
             outcome = _park(rt, record, f"unparseable: {message}")
         elif message.delivery_id not in batch.rows:
             outcome = _park(rt, record, f"unknown delivery id {message.delivery_id}")
         else:
-            outcome = db.retrying(lambda: decide(rt, conn, message, record.message_id))
+            outcome = db.retrying(lambda: decide(rt, conn, message, message_id))
         counts[outcome] = counts.get(outcome, 0) + 1
         return outcome
 
-    answer = partial_response(event, handle, context)
+    answer = partial_response(event, handle)
     for outcome, count in counts.items():
         if outcome in OUTCOME_METRICS:
             rt.metrics.put(OUTCOME_METRICS[outcome], count)
@@ -49,11 +48,12 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     return answer
 
 
-def _park(rt: Runtime, record: SQSRecord, reason: str) -> str:
-    rt.parking.send_raw(record.body or "", {
-        "reason": reason[:250], "source_message_id": record.message_id,
-        "receive_count": str(record.attributes.approximate_receive_count or "?")})
-    logger.warning("parked", extra={"message_id": record.message_id, "reason": reason})
+def _park(rt: Runtime, record: Record, reason: str) -> str:
+    received = (record.get("attributes") or {}).get("ApproximateReceiveCount")
+    rt.parking.send_raw(str(record.get("body") or ""), {
+        "reason": reason[:250], "source_message_id": str(record["messageId"]),
+        "receive_count": str(received or "?")})
+    logger.warning("parked", extra={"message_id": record["messageId"], "reason": reason})
     return "parked"
 
 
