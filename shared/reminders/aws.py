@@ -16,7 +16,8 @@ def client(service: str) -> Any:
     from botocore.config import Config
 
     return boto3.client(service, config=Config(  # type: ignore[call-overload]
-        retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=3, read_timeout=10))
+        retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=3, read_timeout=10,
+        max_pool_connections=64))  # the scanner's parallel SendMessageBatch calls
 
 
 def send_client(service: str, config: Any) -> Any:

@@ -214,7 +214,8 @@ def _kind_json(row: dict[str, Any]) -> dict[str, Any]:
             if row["stale_after"] is not None else None,
             "max_attempts": row["max_attempts"], "redrive_budget": row["redrive_budget"],
             "backoff_base_seconds": row["backoff_base"].total_seconds(),
-            "backoff_cap_seconds": row["backoff_cap"].total_seconds()}
+            "backoff_cap_seconds": row["backoff_cap"].total_seconds(),
+            "retention_seconds": row["retention"].total_seconds()}
 
 
 def cmd_kinds_set(args: argparse.Namespace) -> int:
@@ -224,11 +225,12 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
              else parse_duration(args.stale_after, "--stale-after"))
     base = parse_duration(args.backoff_base, "--backoff-base") if args.backoff_base else None
     cap = parse_duration(args.backoff_cap, "--backoff-cap") if args.backoff_cap else None
+    keep = parse_duration(args.retention, "--retention") if args.retention else None
     with _conn() as conn:
         row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
-                                 backoff_cap=cap)
+                                 backoff_cap=cap, retention=keep)
     data = _kind_json(row)
     emit(args, data, f"kind {row['name']}: " + ", ".join(
         f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "name"))
@@ -598,6 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redrive-budget", type=int)
     p.add_argument("--backoff-base")
     p.add_argument("--backoff-cap")
+    p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
     p = k_sub.add_parser("list")

@@ -32,6 +32,7 @@ class Limits:
     max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
     scan_seconds: int = 30         # a scanner tick drains for this long at most
     publish_concurrency: int = 8   # SendMessageBatch calls of a tick in flight together
+    retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
         scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
         publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 8, 1, 64),
+        retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
     )
 
 

@@ -21,13 +21,19 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
         by_state[row["state"]] += row["n"]
         by_channel.setdefault(row["channel"], {})[row["state"]] = row["n"]
     oldest = db.fetch_one(conn, "status_oldest_overdue", params) or {}
+    removed = db.fetch_one(conn, "retention_removed", params) or {}
     expired = db.fetch_one(conn, "status_expired_leases", params) or {}
     from reminders.timezones import tzdata_version
 
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
             "total": sum(by_state.values()),
             "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
-            "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version()}
+            "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version(),
+            "retention_removed": {
+                "last_7_days": {"deliveries": int(removed.get("deliveries_7d") or 0),
+                                "attempts": int(removed.get("attempts_7d") or 0),
+                                "events": int(removed.get("events_7d") or 0)},
+                "deliveries_in_all": int(removed.get("deliveries_total") or 0)}}
 
 
 def status_text(data: dict[str, Any]) -> str:
@@ -35,6 +41,11 @@ def status_text(data: dict[str, Any]) -> str:
     text = (f"deliveries: {data['total']} ({states or 'none'})\n"
             f"oldest overdue: {data['oldest_overdue_seconds']:.0f}s; "
             f"expired leases: {data['expired_leases']}")
+    removed = data.get("retention_removed")
+    if removed and removed["deliveries_in_all"]:
+        week = removed["last_7_days"]
+        text += (f"\nretention removed: {week['deliveries']} deliveries in the last 7 days "
+                 f"({removed['deliveries_in_all']} in all)")
     for name, counts in data.get("queues", {}).items():
         text += f"\n{name} queue: {counts['visible']} waiting, {counts['in_flight']} in flight"
     return text

@@ -24,6 +24,7 @@ from reminders.runtime import Runtime
 
 _SCANNER_LOCK = 0x5343414E
 OVERDUE_COUNT_CAP = 10_000
+MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -43,6 +44,7 @@ class TickSummary:
     overdue: int = 0  # counted up to OVERDUE_COUNT_CAP
     passes: int = 0   # lease-and-publish passes this tick
     paused_overdue_seconds: float = 0.0  # the oldest due delivery of a paused tenant
+    purged: int = 0   # terminal deliveries past their kind's retention removed this tick
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
     def as_json(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
     rt.metrics.put("PausedOldestOverdueSeconds", summary.paused_overdue_seconds, "Seconds")
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
+    rt.metrics.put("RetentionPurged", summary.purged)
     rt.metrics.flush()
     logger.info("scanner tick", extra=summary.as_json())
     return summary
@@ -104,6 +107,10 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     advance_series(rt, conn, now, summary)
 
     drain(rt, conn, now, summary, queued, deadline)
+    if time.monotonic() < deadline:  # housekeeping only with time left over
+        purged = db.fetch_one(conn, "retention_purge", {
+            "now": now, "limit": limits.retention_batch}) or {}
+        summary.purged = int(purged.get("deliveries") or 0)
     overdue = db.fetch_one(conn, "oldest_overdue", {"now": now, "cap": OVERDUE_COUNT_CAP}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
@@ -113,9 +120,13 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
 def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary, queued: int,
           deadline: float) -> None:
     """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
-    or the tick's time is spent. Each pass is fair across tenants."""
+    or the tick's time is spent. Each pass is fair across tenants. The budget counts the larger
+    of the queue's depth when the tick began (a paused consumer's messages stay counted) and
+    the live leases now (this tick's own messages included, and consumers finishing theirs
+    make room), so a tick hands over as much as the consumers take, never more than the budget
+    at once."""
     limits = rt.settings.limits
-    for _ in range(limits.inflight_budget // limits.scan_batch + 1):  # bounded by the budget
+    for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
         live = db.fetch_one(conn, "live_leases") or {}
         room = min(limits.scan_batch,
                    limits.inflight_budget - max(queued, int(live.get("n") or 0)))
@@ -139,7 +150,6 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
         messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
         rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
         summary.published += len(messages) - len(rejected)
-        queued += len(messages) - len(rejected)
         if rejected:
             released = db.execute(conn, "lease_release", {
                 "ids": [r.message.delivery_id for r in rejected],

@@ -378,7 +378,7 @@ KEEP = _Keep()  # "leave as it is" for set_kind's stale_after, where None means 
 def set_kind(conn: db.Connection, *, name: str, now: datetime,
              stale_after: timedelta | _Keep | None = KEEP, max_attempts: int | None = None,
              redrive_budget: int | None = None, backoff_base: timedelta | None = None,
-             backoff_cap: timedelta | None = None) -> db.Row:
+             backoff_cap: timedelta | None = None, retention: timedelta | None = None) -> db.Row:
     """Create or change a kind of reminder; what is not given keeps its value (or default)."""
     if not re.match(r"^[a-z0-9][a-z0-9_.-]{0,62}$", name or ""):
         raise InvalidInput(f"kind name must be 1-63 of a-z 0-9 _ . - , got {name!r}")
@@ -386,6 +386,8 @@ def set_kind(conn: db.Connection, *, name: str, now: datetime,
         raise InvalidInput(f"max attempts must be between 1 and 100, got {max_attempts}")
     if redrive_budget is not None and not 0 <= redrive_budget <= 100:
         raise InvalidInput(f"redrive budget must be between 0 and 100, got {redrive_budget}")
+    if retention is not None and retention < timedelta(hours=1):
+        raise InvalidInput(f"retention must be at least an hour, got {retention}")
     for label, value in (("stale after", stale_after), ("backoff base", backoff_base),
                          ("backoff cap", backoff_cap)):
         if isinstance(value, timedelta) and value <= timedelta(0):
@@ -396,6 +398,6 @@ def set_kind(conn: db.Connection, *, name: str, now: datetime,
         "name": name, "stale_after": None if isinstance(stale_after, _Keep) else stale_after,
         "stale_after_given": not isinstance(stale_after, _Keep), "max_attempts": max_attempts,
         "redrive_budget": redrive_budget, "backoff_base": backoff_base,
-        "backoff_cap": backoff_cap, "now": now})
+        "backoff_cap": backoff_cap, "retention": retention, "now": now})
     assert row is not None
     return row

@@ -435,3 +435,49 @@ def test_a_failure_inside_a_pipeline_keeps_nothing_half_done(harness: Harness) -
             "deadlines": [h.clock.now() + timedelta(seconds=30)], "now": h.clock.now()})
         raise RuntimeError("the process fails before the rest is written")
     assert attempts(h, key) == [] and delivery(h, key)["send_attempt"] is None
+
+
+def test_retention_removes_old_finished_deliveries_in_bounded_batches(
+        harness: Harness, database_url: str) -> None:
+    """Terminal deliveries past their kind's retention go, with attempts and events; pending
+    ones and younger ones stay; status says what was removed."""
+    h = harness
+    _runtime(h, database_url, retention_batch=2)
+    schedules.set_kind(h.conn, name="brief", now=h.clock.now(), retention=timedelta(days=1))
+    old = schedule_webhook(h, "old", recipients=["a", "b", "c"], kind="brief")
+    (kept,) = schedule_webhook(h, "kept", recipients=["d"])  # the default kind: 30 days
+    (later,) = schedule_webhook(h, "later", recipients=["e"], kind="brief",
+                                at=h.clock.now() + timedelta(days=5))
+    tick(h)
+    work(h)
+    assert {delivery(h, k)["state"] for k in [*old, kept]} == {"sent"}
+    h.clock.advance(timedelta(days=2))
+    assert tick(h)["purged"] == 2  # bounded per tick
+    assert tick(h)["purged"] == 1
+    assert tick(h)["purged"] == 0
+    left = {r["delivery_key"] for r in h.conn.execute("select delivery_key from deliveries")}
+    assert left == {kept, later}
+    assert h.conn.execute("select count(*) as n from attempts a join deliveries d "
+                          "on d.id = a.delivery_id").fetchone() == {"n": 1}
+    status = operator.status(h.conn, now=h.clock.now())
+    assert status["retention_removed"]["last_7_days"]["deliveries"] == 3
+    assert status["retention_removed"]["last_7_days"]["attempts"] == 3
+
+
+def test_a_tick_goes_on_handing_over_while_consumers_make_room(
+        harness: Harness, database_url: str) -> None:
+    """The budget bounds what is out at once, not what a tick may hand over in all."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=20)
+    keys = schedule_webhook(h, "stream", recipients=[f"p{i}" for i in range(50)])
+    publish = h.rt.deliveries.publish
+
+    def publish_and_consume(messages: Any, **kw: Any) -> Any:
+        rejected = publish(messages, **kw)
+        work(h)  # consumers keep up: every lease this pass handed over is settled at once
+        return rejected
+
+    h.rt.deliveries.publish = publish_and_consume  # type: ignore[method-assign]
+    out = tick(h)
+    assert out["leased"] == 50 and out["passes"] == 5
+    assert {delivery(h, k)["state"] for k in keys} == {"sent"}

@@ -15,26 +15,27 @@ insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 -- ---------------------------------------------------------------- kinds, endpoints, tenants
 
 -- name: kind_get
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget
+select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
 from kinds where name = %(name)s;
 
 -- name: kind_upsert
 insert into kinds (name, stale_after, max_attempts, redrive_budget, backoff_base, backoff_cap,
-                   updated_at)
+                   retention, updated_at)
 values (%(name)s, %(stale_after)s, coalesce(%(max_attempts)s, 8), coalesce(%(redrive_budget)s, 3),
         coalesce(%(backoff_base)s, interval '30 seconds'), coalesce(%(backoff_cap)s, interval '1 hour'),
-        %(now)s)
+        coalesce(%(retention)s, interval '30 days'), %(now)s)
 on conflict (name) do update set
     stale_after    = case when %(stale_after_given)s then excluded.stale_after else kinds.stale_after end,
     max_attempts   = coalesce(%(max_attempts)s, kinds.max_attempts),
     redrive_budget = coalesce(%(redrive_budget)s, kinds.redrive_budget),
     backoff_base   = coalesce(%(backoff_base)s, kinds.backoff_base),
     backoff_cap    = coalesce(%(backoff_cap)s, kinds.backoff_cap),
+    retention      = coalesce(%(retention)s, kinds.retention),
     updated_at     = %(now)s
-returning name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget;
+returning name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention;
 
 -- name: kinds_list
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget
+select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
 from kinds order by name;
 
 -- name: tenant_ensure
@@ -327,6 +328,50 @@ update deliveries d set
     received = false, leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
 from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
 where d.id = r.id and d.lease_token = r.token and d.state = 'leased' and d.send_attempt is null;
+
+-- name: retention_purge
+-- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
+-- with their attempts and events (a delivery whose series has not advanced yet stays), and the
+-- day's totals say how many. Read off the terminal-age index, oldest first.
+with old as (
+    select d.id from deliveries d
+    join schedules s on s.id = d.schedule_id
+    join kinds k on k.name = s.kind
+    where d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
+      and not d.advance_series and d.updated_at < %(now)s - k.retention
+    order by d.updated_at, d.id
+    limit %(limit)s
+    for update of d skip locked
+), gone_attempts as (
+    delete from attempts a using old where a.delivery_id = old.id returning a.id
+), gone_events as (
+    delete from delivery_events e using old where e.delivery_id = old.id returning e.id
+), gone as (
+    delete from deliveries d using old where d.id = old.id returning d.id
+), counted as (
+    select (select count(*) from gone) as deliveries,
+           (select count(*) from gone_attempts) as attempts,
+           (select count(*) from gone_events) as events
+), saved as (
+    insert into retention_totals as t (day, deliveries, attempts, events)
+    select (%(now)s at time zone 'UTC')::date, deliveries, attempts, events from counted
+    where deliveries > 0
+    on conflict (day) do update set deliveries = t.deliveries + excluded.deliveries,
+                                    attempts = t.attempts + excluded.attempts,
+                                    events = t.events + excluded.events
+)
+select deliveries, attempts, events from counted;
+
+-- name: retention_removed
+-- What retention removed: the last seven days and in all.
+select coalesce(sum(deliveries) filter (where day > (%(now)s at time zone 'UTC')::date - 7), 0)
+           as deliveries_7d,
+       coalesce(sum(attempts) filter (where day > (%(now)s at time zone 'UTC')::date - 7), 0)
+           as attempts_7d,
+       coalesce(sum(events) filter (where day > (%(now)s at time zone 'UTC')::date - 7), 0)
+           as events_7d,
+       coalesce(sum(deliveries), 0) as deliveries_total
+from retention_totals;
 
 -- name: series_to_advance
 -- CROSS-TENANT, bounded: terminal recurring deliveries whose next occurrence is not yet made.
