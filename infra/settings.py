@@ -19,8 +19,39 @@ T = TypeVar("T")
 CONNECTIONS_PER_INSTANCE = 1
 # The migrate function runs once per deploy, alone.
 MIGRATE_CONCURRENCY = 1
-# AWS minimum for an event source mapping's maximum concurrency.
+# AWS minimum and maximum for an SQS event source mapping's maximum concurrency.
 MIN_ESM_CONCURRENCY = 2
+MAX_ESM_CONCURRENCY = 1000
+# An SQS event source takes more than 10 messages a batch only with a batching window.
+SQS_BATCH_WITHOUT_WINDOW = 10
+# Lambda's longest timeout.
+MAX_FUNCTION_TIMEOUT_SECONDS = 900
+# The scanner's rule fires every minute (infra/constructs/schedule.py).
+SCHEDULE_PERIOD_SECONDS = 60
+# Kept back from each minute after a scanner tick drains: reclaim, the oldest-overdue figure and
+# the metrics run after the drain, and the tick must end before the next one starts (the
+# scanner's reserved concurrency is 1, so an overlapping tick would be throttled).
+SCANNER_TICK_MARGIN_SECONDS = 5
+# Time a consumer invocation needs besides the sends and the invocation margin: recording the
+# batch's outcomes and advancing its series after the last send.
+CONSUMER_SETTLE_ALLOWANCE_SECONDS = 10
+# The most sends of one batch the consumer runs at once (REMINDERS_SEND_CONCURRENCY's ceiling
+# in shared/reminders/config.py). A batch is sent all at once, so this caps the batch size.
+MAX_SEND_CONCURRENCY = 100
+# What shared/reminders/config.py accepts for the settings passed through from context, so a
+# bad value fails synth instead of every cold start.
+RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
+    "scanBatch": (1, 10_000),
+    "inflightBudget": (1, 1_000_000),
+    "leaseSeconds": (5, 43_200),
+    "redriveBudget": (0, 100),
+    "scanSeconds": (1, 840),
+    "publishConcurrency": (1, 64),
+    "sendTimeoutSeconds": (1, 120),
+    "invocationMarginSeconds": (0, 600),
+    "dbLockTimeoutMs": (1, 600_000),
+    "dbStatementTimeoutMs": (100, 3_600_000),
+}
 
 
 class SettingsError(ValueError):
@@ -88,14 +119,23 @@ class Settings:
     # functions
     log_retention_days: int = 30
     log_level: str = "INFO"
-    scanner_timeout_seconds: int = 60
+    scanner_timeout_seconds: int = 120
     consumer_timeout_seconds: int = 60
     redrive_timeout_seconds: int = 60
     migrate_timeout_seconds: int = 300
     scanner_reserved_concurrency: int = 1
     redrive_max_concurrency: int = 2
-    scan_batch: int = 100
-    inflight_budget: int = 1000
+    scanner_memory_mib: int = 1769  # one full vCPU: publishing is CPU-bound in boto3
+    consumer_memory_mib: int = 1769  # one full vCPU: a batch's TLS handshakes run together
+    scan_batch: int = 1000
+    scan_seconds: int = 0  # 0: derived from the scanner timeout and the tick period
+    publish_concurrency: int = 10  # boto3's connection pool holds 10 connections
+    inflight_budget: int = 0  # 0: derived from what the consumers can take
+    inflight_factor: int = 4
+    send_timeout_seconds: int = 15
+    invocation_margin_seconds: int = 5
+    db_lock_timeout_ms: int = 5000
+    db_statement_timeout_ms: int = 30_000
     lease_seconds: int = 600
     redrive_budget: int = 3
     email_sender: str = "reminders@example.com"
@@ -105,7 +145,7 @@ class Settings:
     # queues and event sources
     max_receive_count: int = 5
     deliveries_retention_days: int = 4
-    consumer_batch_size: int = 10
+    consumer_batch_size: int = 100
     consumer_batching_window_seconds: int = 1
     redrive_batch_size: int = 10
     redrive_batching_window_seconds: int = 0
@@ -159,6 +199,40 @@ class Settings:
         """Six times the consumer timeout, the SQS event source guidance."""
         return 6 * self.consumer_timeout_seconds
 
+    @property
+    def consumer_send_concurrency(self) -> int:
+        """Every message of a batch is sent at once, so a batch takes about one send's time."""
+        return self.consumer_batch_size
+
+    @property
+    def effective_inflight_budget(self) -> int:
+        """``inflightBudget`` if given; else what the consumers can hold at once times
+        ``inflightFactor``: consumer maximum concurrency x batch size x factor."""
+        if self.inflight_budget:
+            return self.inflight_budget
+        return self.consumer_max_concurrency * self.consumer_batch_size * self.inflight_factor
+
+    @property
+    def effective_scan_seconds(self) -> int:
+        """``scanSeconds`` if given; else as long as a tick can drain: half the scanner timeout
+        (the scanner never drains longer than half its remaining time), and never into the next
+        minute's tick."""
+        if self.scan_seconds:
+            return self.scan_seconds
+        return min(
+            self.scanner_timeout_seconds // 2,
+            SCHEDULE_PERIOD_SECONDS - SCANNER_TICK_MARGIN_SECONDS,
+        )
+
+    @property
+    def consumer_time_needed_seconds(self) -> int:
+        """The least consumer timeout with which a batch can start, send and settle."""
+        return (
+            self.send_timeout_seconds
+            + self.invocation_margin_seconds
+            + CONSUMER_SETTLE_ALLOWANCE_SECONDS
+        )
+
     def validate(self) -> Settings:
         if self.max_receive_count < 5:
             raise SettingsError("maxReceiveCount must be at least 5")
@@ -179,7 +253,105 @@ class Settings:
             # Below 1 the alarm would fire on every datapoint the functions publish.
             if threshold < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        self._validate_throughput()
         return self
+
+    def _validate_throughput(self) -> None:
+        """The consumer, scanner and queue settings that must agree with each other."""
+        explicit = {
+            "scanBatch": self.scan_batch,
+            "leaseSeconds": self.lease_seconds,
+            "redriveBudget": self.redrive_budget,
+            "publishConcurrency": self.publish_concurrency,
+            "sendTimeoutSeconds": self.send_timeout_seconds,
+            "invocationMarginSeconds": self.invocation_margin_seconds,
+            "dbLockTimeoutMs": self.db_lock_timeout_ms,
+            "dbStatementTimeoutMs": self.db_statement_timeout_ms,
+        }
+        if self.inflight_budget:
+            explicit["inflightBudget"] = self.inflight_budget
+        if self.scan_seconds:
+            explicit["scanSeconds"] = self.scan_seconds
+        for name, value in explicit.items():
+            low, high = RUNTIME_RANGES[name]
+            if not low <= value <= high:
+                raise SettingsError(f"{name} must be between {low} and {high}, got {value}")
+        timeouts = {
+            "scannerTimeoutSeconds": self.scanner_timeout_seconds,
+            "consumerTimeoutSeconds": self.consumer_timeout_seconds,
+            "redriveTimeoutSeconds": self.redrive_timeout_seconds,
+            "migrateTimeoutSeconds": self.migrate_timeout_seconds,
+        }
+        for name, seconds in timeouts.items():
+            if not 1 <= seconds <= MAX_FUNCTION_TIMEOUT_SECONDS:
+                raise SettingsError(
+                    f"{name} must be between 1 and {MAX_FUNCTION_TIMEOUT_SECONDS}, got {seconds}"
+                )
+        for name, mib in {
+            "scannerMemoryMib": self.scanner_memory_mib,
+            "consumerMemoryMib": self.consumer_memory_mib,
+        }.items():
+            if not 128 <= mib <= 10_240:
+                raise SettingsError(f"{name} must be between 128 and 10240, got {mib}")
+        if not 1 <= self.consumer_batch_size <= MAX_SEND_CONCURRENCY:
+            raise SettingsError(
+                f"consumerBatchSize must be between 1 and {MAX_SEND_CONCURRENCY}, got "
+                f"{self.consumer_batch_size}: the consumer sends a whole batch at once "
+                f"(REMINDERS_SEND_CONCURRENCY, at most {MAX_SEND_CONCURRENCY}), so one send "
+                "deadline bounds the batch"
+            )
+        windows = {
+            "consumer": (self.consumer_batch_size, self.consumer_batching_window_seconds),
+            "redrive": (self.redrive_batch_size, self.redrive_batching_window_seconds),
+        }
+        for source, (size, window) in windows.items():
+            if size > SQS_BATCH_WITHOUT_WINDOW and window < 1:
+                raise SettingsError(
+                    f"{source}BatchingWindowSeconds must be at least 1 when {source}BatchSize "
+                    f"is above {SQS_BATCH_WITHOUT_WINDOW} (got {size}): SQS event sources "
+                    "take larger batches only with a batching window"
+                )
+        if self.consumer_max_concurrency > MAX_ESM_CONCURRENCY:
+            raise SettingsError(
+                f"dbConnectionBudget {self.db_connection_budget} gives a consumer maximum "
+                f"concurrency of {self.consumer_max_concurrency}; an SQS event source allows "
+                f"at most {MAX_ESM_CONCURRENCY}"
+            )
+        if self.inflight_factor < 1:
+            raise SettingsError(f"inflightFactor must be at least 1, got {self.inflight_factor}")
+        budget_high = RUNTIME_RANGES["inflightBudget"][1]
+        if not self.inflight_budget and self.effective_inflight_budget > budget_high:
+            raise SettingsError(
+                f"the derived in-flight budget {self.effective_inflight_budget} (consumer "
+                f"maximum concurrency {self.consumer_max_concurrency} x consumerBatchSize "
+                f"{self.consumer_batch_size} x inflightFactor {self.inflight_factor}) exceeds "
+                f"{budget_high}; lower inflightFactor or set inflightBudget"
+            )
+        if self.consumer_timeout_seconds < self.consumer_time_needed_seconds:
+            raise SettingsError(
+                f"consumerTimeoutSeconds must be at least {self.consumer_time_needed_seconds} "
+                f"(sendTimeoutSeconds {self.send_timeout_seconds} + invocationMarginSeconds "
+                f"{self.invocation_margin_seconds} + {CONSUMER_SETTLE_ALLOWANCE_SECONDS} s to "
+                f"record the outcomes), got {self.consumer_timeout_seconds}: a shorter "
+                "invocation starts no send (every message comes back until it is "
+                "dead-lettered) or times out before it records what it sent"
+            )
+        scan_high = min(
+            self.scanner_timeout_seconds // 2,
+            SCHEDULE_PERIOD_SECONDS - SCANNER_TICK_MARGIN_SECONDS,
+        )
+        if scan_high < 1:
+            raise SettingsError(
+                f"scannerTimeoutSeconds must be at least 2, got {self.scanner_timeout_seconds}: "
+                "a tick drains for at most half the scanner's remaining time"
+            )
+        if self.effective_scan_seconds > scan_high:
+            raise SettingsError(
+                f"scanSeconds must be between 1 and {scan_high}, got "
+                f"{self.effective_scan_seconds}: a tick drains for at most half the scanner's "
+                f"remaining time (scannerTimeoutSeconds {self.scanner_timeout_seconds}) and "
+                f"must end {SCANNER_TICK_MARGIN_SECONDS} s before the next minute's tick"
+            )
 
     @classmethod
     def from_node(cls, node: Node) -> Settings:

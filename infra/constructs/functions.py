@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aws_cdk import Duration, Stack
@@ -10,6 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constructs.database import Database
@@ -17,7 +19,7 @@ from infra.constructs.network import Network
 from infra.constructs.queues import Queues
 from infra.layer import STAMP_NAME, build_layer, stage_code
 from infra.nag import acknowledge
-from infra.settings import Settings, retention_days
+from infra.settings import Settings, SettingsError, retention_days
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -56,6 +58,7 @@ class FunctionDefaults:
         timeout_seconds: int,
         subnets: ec2.SubnetSelection,
         memory_mib: int = 256,
+        environment: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
         async_retry_attempts: int | None = None,
         async_max_event_age: Duration | None = None,
@@ -94,7 +97,7 @@ class FunctionDefaults:
             role=role,
             memory_size=memory_mib,
             timeout=Duration.seconds(timeout_seconds),
-            environment=self.environment,
+            environment={**self.environment, **(environment or {})},
             vpc=self.vpc,
             vpc_subnets=subnets,
             security_groups=[self.security_group],
@@ -145,6 +148,8 @@ class Functions(Construct):
             description="Leases due deliveries and publishes their ids to the deliveries queue",
             timeout_seconds=settings.scanner_timeout_seconds,
             subnets=network.private_subnets,
+            memory_mib=settings.scanner_memory_mib,
+            environment=scanner_environment(settings),
             reserved_concurrency=settings.scanner_reserved_concurrency,
             # A failed tick is not retried: the next tick a minute later picks up the work.
             async_retry_attempts=0,
@@ -155,12 +160,15 @@ class Functions(Construct):
             description="Re-checks each leased delivery and sends it through its channel",
             timeout_seconds=settings.consumer_timeout_seconds,
             subnets=network.consumer_subnets,
+            memory_mib=settings.consumer_memory_mib,
+            environment=consumer_environment(settings),
         )
         self.redrive = defaults.create(
             "redrive",
             description="Settles dead-lettered deliveries through Postgres or parks them",
             timeout_seconds=settings.redrive_timeout_seconds,
             subnets=network.private_subnets,
+            environment=service_environment(settings),
         )
         self.migrate = defaults.create(
             "migrate",
@@ -174,6 +182,8 @@ class Functions(Construct):
             "redrive": self.redrive,
             "migrate": self.migrate,
         }
+
+        check_visibility(queues.deliveries, self.consumer)
 
         for function in self.all.values():
             database.secret.grant_read(function)
@@ -221,7 +231,7 @@ class Functions(Construct):
 
 
 def environment(settings: Settings, database: Database, queues: Queues) -> dict[str, str]:
-    """The settings every function reads at cold start (the same set for all four)."""
+    """The settings every function reads at cold start; each adds its own below."""
     return {
         "REMINDERS_DB_HOST": database.endpoint,
         "REMINDERS_DB_NAME": database.name,
@@ -233,7 +243,7 @@ def environment(settings: Settings, database: Database, queues: Queues) -> dict[
         "REMINDERS_DLQ_URL": queues.dead_letter.queue_url,
         "REMINDERS_PARKING_QUEUE_URL": queues.parking.queue_url,
         "REMINDERS_SCAN_BATCH": str(settings.scan_batch),
-        "REMINDERS_INFLIGHT_BUDGET": str(settings.inflight_budget),
+        "REMINDERS_INFLIGHT_BUDGET": str(settings.effective_inflight_budget),
         "REMINDERS_LEASE_SECONDS": str(settings.lease_seconds),
         "REMINDERS_REDRIVE_BUDGET": str(settings.redrive_budget),
         "REMINDERS_EMAIL_SENDER": settings.email_sender,
@@ -242,6 +252,49 @@ def environment(settings: Settings, database: Database, queues: Queues) -> dict[
         "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         "LOG_LEVEL": settings.log_level,
     }
+
+
+def service_environment(settings: Settings) -> dict[str, str]:
+    """Scanner, consumer and redrive: their sessions' lock and statement timeouts. (Migrate
+    keeps the server's defaults: a migration may wait for a lock or run long.)"""
+    return {
+        "REMINDERS_DB_LOCK_TIMEOUT_MS": str(settings.db_lock_timeout_ms),
+        "REMINDERS_DB_STATEMENT_TIMEOUT_MS": str(settings.db_statement_timeout_ms),
+    }
+
+
+def scanner_environment(settings: Settings) -> dict[str, str]:
+    """How long a tick drains and how many SendMessageBatch calls it keeps in flight."""
+    return {
+        **service_environment(settings),
+        "REMINDERS_SCAN_SECONDS": str(settings.effective_scan_seconds),
+        "REMINDERS_PUBLISH_CONCURRENCY": str(settings.publish_concurrency),
+    }
+
+
+def consumer_environment(settings: Settings) -> dict[str, str]:
+    """One deadline per send, a whole batch sent at once, and the time kept back."""
+    return {
+        **service_environment(settings),
+        "REMINDERS_SEND_TIMEOUT": str(settings.send_timeout_seconds),
+        "REMINDERS_SEND_CONCURRENCY": str(settings.consumer_send_concurrency),
+        "REMINDERS_INVOCATION_MARGIN": str(settings.invocation_margin_seconds),
+    }
+
+
+def check_visibility(queue: sqs.Queue, consumer: lambda_.Function) -> None:
+    """The deliveries queue hides a received message for six consumer timeouts, so a batch
+    still running is never handed to a second consumer. Fails synth if the two drifted."""
+    cfn = queue.node.default_child
+    assert isinstance(cfn, sqs.CfnQueue)
+    assert consumer.timeout is not None
+    visibility = cfn.visibility_timeout
+    timeout = int(consumer.timeout.to_seconds())
+    if visibility != 6 * timeout:
+        raise SettingsError(
+            f"the deliveries queue's visibility timeout ({visibility} s) must be 6 x the "
+            f"consumer timeout (consumerTimeoutSeconds {timeout} s = {6 * timeout} s)"
+        )
 
 
 def _window(seconds: int) -> Duration | None:

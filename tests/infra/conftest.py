@@ -29,6 +29,14 @@ SWITCHED_CONTEXT: dict[str, object] = {
     "unknownAlarmThreshold": "2",
     "deadAlarmThreshold": "3",
     "failedAlarmThreshold": "25",
+    "scannerTimeoutSeconds": "60",
+    "publishConcurrency": "16",
+    "inflightFactor": "2",
+    "sendTimeoutSeconds": "20",
+    "invocationMarginSeconds": "8",
+    "dbLockTimeoutMs": "2000",
+    "dbStatementTimeoutMs": "10000",
+    "consumerMemoryMib": "1024",
 }
 
 

@@ -6,6 +6,7 @@ import pytest
 from aws_cdk import App
 from aws_cdk import aws_logs as logs
 
+from infra.app import build_app
 from infra.settings import Settings, SettingsError, retention_days
 
 
@@ -77,6 +78,132 @@ def test_bad_context_fails_synth_with_the_key_named(
 def test_consumer_concurrency_formula(budget: int, expected: int) -> None:
     settings = _settings(dbConnectionBudget=budget)
     assert settings.consumer_max_concurrency == expected
+
+
+def test_throughput_defaults() -> None:
+    settings = _settings()
+    assert settings.consumer_batch_size == 100
+    assert settings.consumer_send_concurrency == 100
+    assert settings.consumer_batching_window_seconds == 1
+    assert (settings.scanner_timeout_seconds, settings.effective_scan_seconds) == (120, 55)
+    assert (settings.scan_batch, settings.publish_concurrency) == (1000, 10)
+    assert (settings.scanner_memory_mib, settings.consumer_memory_mib) == (1769, 1769)
+    assert (settings.send_timeout_seconds, settings.invocation_margin_seconds) == (15, 5)
+    assert (settings.db_lock_timeout_ms, settings.db_statement_timeout_ms) == (5000, 30_000)
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({}, 36 * 100 * 4),
+        ({"inflightFactor": "2"}, 36 * 100 * 2),
+        ({"consumerBatchSize": "50"}, 36 * 50 * 4),
+        ({"dbConnectionBudget": "20", "consumerBatchSize": "25"}, 16 * 25 * 4),
+        ({"inflightBudget": "5000"}, 5000),
+        ({"inflightBudget": "5000", "inflightFactor": "9"}, 5000),
+    ],
+)
+def test_inflight_budget_is_what_the_consumers_can_take(
+    context: dict[str, object], expected: int
+) -> None:
+    # consumer maximum concurrency x batch size x inflightFactor, unless inflightBudget is set
+    assert _settings(**context).effective_inflight_budget == expected
+
+
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({}, 55),  # min(120 // 2, 60 - 5): never into the next minute's tick
+        ({"scannerTimeoutSeconds": "60"}, 30),  # half the invocation: the scanner's own cap
+        ({"scannerTimeoutSeconds": "30"}, 15),
+        ({"scannerTimeoutSeconds": "900"}, 55),
+        ({"scanSeconds": "20"}, 20),
+    ],
+)
+def test_scan_seconds_follow_the_scanner_timeout(
+    context: dict[str, object], expected: int
+) -> None:
+    assert _settings(**context).effective_scan_seconds == expected
+
+
+def test_the_consumer_timeout_needs_a_send_a_margin_and_time_to_settle() -> None:
+    # 15 s send + 5 s margin + 10 s to record the outcomes
+    assert _settings().consumer_time_needed_seconds == 30
+    assert _settings(consumerTimeoutSeconds="30").consumer_timeout_seconds == 30
+    settings = _settings(sendTimeoutSeconds="40", consumerTimeoutSeconds="60")
+    assert settings.consumer_time_needed_seconds == 55
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            {"consumerTimeoutSeconds": "29"},
+            r"consumerTimeoutSeconds must be at least 30 \(sendTimeoutSeconds 15 \+ "
+            r"invocationMarginSeconds 5 \+ 10 s to record the outcomes\), got 29",
+        ),
+        (
+            {"sendTimeoutSeconds": "50"},
+            "consumerTimeoutSeconds must be at least 65 .*sendTimeoutSeconds 50",
+        ),
+        (
+            {"invocationMarginSeconds": "46"},
+            "consumerTimeoutSeconds must be at least 71 .*invocationMarginSeconds 46",
+        ),
+        ({"consumerBatchSize": "101"}, "consumerBatchSize must be between 1 and 100, got 101"),
+        ({"consumerBatchSize": "0"}, "consumerBatchSize must be between 1 and 100, got 0"),
+        (
+            {"consumerBatchSize": "25", "consumerBatchingWindowSeconds": "0"},
+            "consumerBatchingWindowSeconds must be at least 1 when consumerBatchSize",
+        ),
+        (
+            {"redriveBatchSize": "20"},
+            "redriveBatchingWindowSeconds must be at least 1 when redriveBatchSize",
+        ),
+        ({"inflightFactor": "0"}, "inflightFactor must be at least 1, got 0"),
+        (
+            {"dbConnectionBudget": "1004", "inflightFactor": "11"},
+            r"derived in-flight budget 1100000 \(consumer maximum concurrency 1000 x "
+            r"consumerBatchSize 100 x inflightFactor 11\) exceeds 1000000; lower "
+            "inflightFactor or set inflightBudget",
+        ),
+        (
+            {"dbConnectionBudget": "2000"},
+            "dbConnectionBudget 2000 gives a consumer maximum concurrency of 1996; an SQS "
+            "event source allows at most 1000",
+        ),
+        ({"inflightBudget": "1000001"}, "inflightBudget must be between 1 and 1000000"),
+        ({"inflightBudget": "-1"}, "inflightBudget must be between 1 and 1000000"),
+        ({"scanSeconds": "56"}, "scanSeconds must be between 1 and 55, got 56"),
+        (
+            {"scanSeconds": "31", "scannerTimeoutSeconds": "60"},
+            r"scanSeconds must be between 1 and 30, got 31: .*scannerTimeoutSeconds 60",
+        ),
+        ({"scannerTimeoutSeconds": "1"}, "scannerTimeoutSeconds must be at least 2"),
+        ({"scannerTimeoutSeconds": "901"}, "scannerTimeoutSeconds must be between 1 and 900"),
+        ({"consumerTimeoutSeconds": "0"}, "consumerTimeoutSeconds must be between 1 and 900"),
+        ({"scanBatch": "10001"}, "scanBatch must be between 1 and 10000"),
+        ({"publishConcurrency": "65"}, "publishConcurrency must be between 1 and 64"),
+        ({"publishConcurrency": "0"}, "publishConcurrency must be between 1 and 64"),
+        ({"sendTimeoutSeconds": "121"}, "sendTimeoutSeconds must be between 1 and 120"),
+        ({"invocationMarginSeconds": "-1"}, "invocationMarginSeconds must be between 0 and 600"),
+        ({"dbLockTimeoutMs": "0"}, "dbLockTimeoutMs must be between 1 and 600000"),
+        ({"dbStatementTimeoutMs": "99"}, "dbStatementTimeoutMs must be between 100 and 3600000"),
+        ({"leaseSeconds": "4"}, "leaseSeconds must be between 5 and 43200"),
+        ({"consumerMemoryMib": "64"}, "consumerMemoryMib must be between 128 and 10240"),
+        ({"scannerMemoryMib": "20000"}, "scannerMemoryMib must be between 128 and 10240"),
+    ],
+)
+def test_throughput_settings_that_disagree_fail_synth(
+    context: dict[str, object], message: str
+) -> None:
+    with pytest.raises(SettingsError, match=message):
+        _settings(**context)
+
+
+def test_a_bad_throughput_setting_stops_the_app_before_anything_is_built() -> None:
+    with pytest.raises(SettingsError, match="consumerTimeoutSeconds must be at least 30"):
+        build_app(context={"consumerTimeoutSeconds": "20"})
 
 
 def test_ses_identity_defaults_to_the_sender_domain() -> None:

@@ -6,8 +6,14 @@ import json
 from typing import Any
 
 import pytest
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match
 
+from infra.constructs.functions import check_visibility
+from infra.settings import SettingsError
+from reminders.config import limits_from_env
 from tests.infra.synth import Synthesized
 
 FUNCTIONS = ("scanner", "consumer", "redrive", "migrate")
@@ -29,6 +35,13 @@ REQUIRED_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
     "LOG_LEVEL",
+}
+SERVICE_TIMEOUTS = {"REMINDERS_DB_LOCK_TIMEOUT_MS", "REMINDERS_DB_STATEMENT_TIMEOUT_MS"}
+SCANNER_ONLY = {"REMINDERS_SCAN_SECONDS", "REMINDERS_PUBLISH_CONCURRENCY"}
+CONSUMER_ONLY = {
+    "REMINDERS_SEND_TIMEOUT",
+    "REMINDERS_SEND_CONCURRENCY",
+    "REMINDERS_INVOCATION_MARGIN",
 }
 DAY = 24 * 3600
 
@@ -155,7 +168,8 @@ def test_both_mappings_report_batch_item_failures_with_bounded_concurrency(
     for mapping in (consumer, redrive):
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert mapping["ScalingConfig"]["MaximumConcurrency"] >= 2
-        assert mapping["BatchSize"] == 10
+    assert consumer["BatchSize"] == 100
+    assert redrive["BatchSize"] == 10
 
 
 def test_consumer_concurrency_is_derived_from_the_connection_budget(
@@ -240,7 +254,13 @@ def test_every_function_runs_python_3_13_on_arm_with_json_logs_and_tracing(
 
 def test_timeouts_are_sized_to_the_work(default: Synthesized) -> None:
     timeouts = {name: default.function(name)[1]["Properties"]["Timeout"] for name in FUNCTIONS}
-    assert timeouts == {"scanner": 60, "consumer": 60, "redrive": 60, "migrate": 300}
+    assert timeouts == {"scanner": 120, "consumer": 60, "redrive": 60, "migrate": 300}
+
+
+def test_scanner_and_consumer_get_a_full_vcpu(default: Synthesized, switched: Synthesized) -> None:
+    memory = {name: default.function(name)[1]["Properties"]["MemorySize"] for name in FUNCTIONS}
+    assert memory == {"scanner": 1769, "consumer": 1769, "redrive": 256, "migrate": 256}
+    assert switched.function("consumer")[1]["Properties"]["MemorySize"] == 1024
 
 
 def test_every_function_gets_the_settings_it_reads(default: Synthesized) -> None:
@@ -255,6 +275,101 @@ def test_every_function_gets_the_settings_it_reads(default: Synthesized) -> None
         assert variables["POWERTOOLS_SERVICE_NAME"] == "reminders"
         assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Reminders"
         assert variables["REMINDERS_WEBHOOK_ALLOW"] == ""
+
+
+def _variables(synth: Synthesized, name: str) -> dict[str, Any]:
+    _, function = synth.function(name)
+    return function["Properties"]["Environment"]["Variables"]  # type: ignore[no-any-return]
+
+
+def test_each_function_gets_only_the_throughput_settings_it_uses(default: Synthesized) -> None:
+    names = {name: set(_variables(default, name)) for name in FUNCTIONS}
+    assert names["scanner"] >= SERVICE_TIMEOUTS | SCANNER_ONLY
+    assert not names["scanner"] & CONSUMER_ONLY
+    assert names["consumer"] >= SERVICE_TIMEOUTS | CONSUMER_ONLY
+    assert not names["consumer"] & SCANNER_ONLY
+    assert names["redrive"] >= SERVICE_TIMEOUTS
+    assert not names["redrive"] & (SCANNER_ONLY | CONSUMER_ONLY)
+    # a migration may wait for a lock or run long: the server's defaults
+    assert not names["migrate"] & (SERVICE_TIMEOUTS | SCANNER_ONLY | CONSUMER_ONLY)
+
+
+def test_throughput_settings_have_their_defaults(default: Synthesized) -> None:
+    scanner = _variables(default, "scanner")
+    assert scanner["REMINDERS_SCAN_SECONDS"] == "55"  # min(120 s timeout / 2, 60 - 5)
+    assert scanner["REMINDERS_PUBLISH_CONCURRENCY"] == "10"
+    assert scanner["REMINDERS_SCAN_BATCH"] == "1000"
+    consumer = _variables(default, "consumer")
+    assert consumer["REMINDERS_SEND_TIMEOUT"] == "15"
+    assert consumer["REMINDERS_SEND_CONCURRENCY"] == "100"  # the consumer batch size
+    assert consumer["REMINDERS_INVOCATION_MARGIN"] == "5"
+    for name in ("scanner", "consumer", "redrive"):
+        variables = _variables(default, name)
+        assert variables["REMINDERS_DB_LOCK_TIMEOUT_MS"] == "5000"
+        assert variables["REMINDERS_DB_STATEMENT_TIMEOUT_MS"] == "30000"
+    # consumer maximum concurrency (40 - 4) x batch size (100) x inflightFactor (4)
+    for name in FUNCTIONS:
+        assert _variables(default, name)["REMINDERS_INFLIGHT_BUDGET"] == str(36 * 100 * 4)
+
+
+def test_throughput_settings_come_from_context(switched: Synthesized) -> None:
+    scanner = _variables(switched, "scanner")
+    assert scanner["REMINDERS_SCAN_SECONDS"] == "30"  # a 60 s scanner drains half of it
+    assert scanner["REMINDERS_PUBLISH_CONCURRENCY"] == "16"
+    consumer = _variables(switched, "consumer")
+    assert consumer["REMINDERS_SEND_TIMEOUT"] == "20"
+    assert consumer["REMINDERS_SEND_CONCURRENCY"] == "25"
+    assert consumer["REMINDERS_INVOCATION_MARGIN"] == "8"
+    assert consumer["REMINDERS_DB_LOCK_TIMEOUT_MS"] == "2000"
+    assert consumer["REMINDERS_DB_STATEMENT_TIMEOUT_MS"] == "10000"
+    # (20 - 4) consumers x batch 25 x inflightFactor 2
+    assert consumer["REMINDERS_INFLIGHT_BUDGET"] == str(16 * 25 * 2)
+    assert _mapping_for(switched, "consumer")["ScalingConfig"]["MaximumConcurrency"] == 16
+
+
+@pytest.mark.parametrize("variant", ["default", "switched"])
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_the_runtime_accepts_every_setting_it_is_given(
+    variant: str, name: str, request: pytest.FixtureRequest
+) -> None:
+    synth: Synthesized = request.getfixturevalue(variant)
+    variables = _variables(synth, name)
+    plain = {key: value for key, value in variables.items() if isinstance(value, str)}
+    limits = limits_from_env(plain)  # raises ConfigError naming a variable it refuses
+    assert limits.inflight_budget == int(plain["REMINDERS_INFLIGHT_BUDGET"])
+    assert limits.scan_batch == int(plain["REMINDERS_SCAN_BATCH"])
+    if name == "consumer":
+        _, function = synth.function(name)
+        timeout = function["Properties"]["Timeout"]
+        send_timeout = float(plain["REMINDERS_SEND_TIMEOUT"])
+        # a fresh invocation has time for a send, the margin and recording the outcomes
+        assert timeout >= send_timeout + limits.invocation_margin + 10
+        assert limits.send_concurrency == _mapping_for(synth, "consumer")["BatchSize"]
+    if name == "scanner":
+        _, function = synth.function(name)
+        assert 2 * limits.scan_seconds <= function["Properties"]["Timeout"]
+        assert limits.scan_seconds <= 55
+
+
+def test_synth_fails_when_visibility_drifts_from_the_consumer_timeout() -> None:
+    stack = Stack(App(), "Drift")
+    consumer = lambda_.Function(
+        stack,
+        "Consumer",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="index.handler",
+        code=lambda_.Code.from_inline("def handler(event, context): pass"),
+        timeout=Duration.seconds(60),
+    )
+    matching = sqs.Queue(stack, "Matching", visibility_timeout=Duration.seconds(360))
+    check_visibility(matching, consumer)
+    drifted = sqs.Queue(stack, "Drifted", visibility_timeout=Duration.seconds(300))
+    with pytest.raises(
+        SettingsError,
+        match=r"visibility timeout \(300 s\) must be 6 x the consumer timeout "
+        r"\(consumerTimeoutSeconds 60 s = 360 s\)",
+    ):
+        check_visibility(drifted, consumer)
 
 
 def test_only_the_consumer_runs_in_subnets_with_internet_egress(default: Synthesized) -> None:
