@@ -126,10 +126,12 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
     make room), so a tick hands over as much as the consumers take, never more than the budget
     at once."""
     limits = rt.settings.limits
+    live = _live_leases(conn)
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
-        live = db.fetch_one(conn, "live_leases") or {}
-        room = min(limits.scan_batch,
-                   limits.inflight_budget - max(queued, int(live.get("n") or 0)))
+        room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
+        if room <= 0:  # by this tick's count; the consumers may have made room since
+            live = _live_leases(conn)
+            room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0 or time.monotonic() >= deadline:
             return
         tenants = db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {}
@@ -150,6 +152,7 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
         messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
         rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
         summary.published += len(messages) - len(rejected)
+        live += len(leased)
         if rejected:
             released = db.execute(conn, "lease_release", {
                 "ids": [r.message.delivery_id for r in rejected],
@@ -162,6 +165,12 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
             return  # the queue is refusing: try again next tick
         if len(leased) < room and share >= room:
             return  # nothing more is due (or the rest is held by other transactions)
+
+
+def _live_leases(conn: db.Connection) -> int:
+    """Counted only when the tick's own count says the budget is full: never more rows than
+    the budget."""
+    return int((db.fetch_one(conn, "live_leases") or {}).get("n") or 0)
 
 
 def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
