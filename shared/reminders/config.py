@@ -33,6 +33,7 @@ class Limits:
     scan_seconds: int = 30         # a scanner tick drains for this long at most
     publish_concurrency: int = 8   # SendMessageBatch calls of a tick in flight together
     retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
+    idle_check_seconds: int = 60   # a connection idle this long is checked before it is used
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
         publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 8, 1, 64),
         retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
+        idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
     )
 
 
@@ -130,8 +132,10 @@ def database_url_from_env(env: Mapping[str, str]) -> str:
     name = env.get("REMINDERS_DB_NAME", "reminders")
     sslmode = env.get("REMINDERS_DB_SSLMODE", "verify-full")
     extra = f"&sslrootcert={quote(ca_bundle(env), safe='/')}" if sslmode == "verify-full" else ""
-    return (f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:5432/"
-            f"{quote(name, safe='')}?sslmode={sslmode}{extra}")
+    port = _int(env, "REMINDERS_DB_PORT", 5432, 1, 65_535)
+    # The host is percent-encoded, so a Unix socket directory works as well as a name.
+    return (f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}"
+            f"@{quote(host, safe='')}:{port}/{quote(name, safe='')}?sslmode={sslmode}{extra}")
 
 
 # Where Lambda's Amazon Linux image (and most Linux hosts) keep the trusted CAs, which include

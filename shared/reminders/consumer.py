@@ -194,6 +194,10 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
         rt.metrics.put(OUTCOME_METRICS[outcome], count)
     failed = len(answer.get("batchItemFailures", []))
     rt.metrics.put("MessagesFailed", failed)
+    config_errors = Counter(s.row["channel"] for s in run.sends
+                            if s.result is not None and s.result.extra.get("config_error"))
+    for channel, count in config_errors.items():
+        rt.metrics.put("SendConfigErrors", count, dimensions={"channel": channel})
     rt.metrics.flush()
     logger.info("batch handled", extra={"outcomes": dict(counts), "failed": failed})
     return answer

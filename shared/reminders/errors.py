@@ -23,6 +23,10 @@ class DatabaseUnavailable(RemindersError):
     """Postgres could not be reached or dropped the connection."""
 
 
+class AuthenticationFailed(DatabaseUnavailable):
+    """Postgres refused the credentials (a rotated password, for one)."""
+
+
 class Conflict(RemindersError):
     """Another transaction held or changed the rows (a deadlock, a serialization failure, a
     lock or statement timeout). Nothing was written; ``retryable`` says trying again at once

@@ -16,7 +16,10 @@ NAMESPACE = "Reminders"
 
 
 class Metrics(Protocol):
-    def put(self, name: str, value: float, unit: str = "Count") -> None: ...
+    def put(self, name: str, value: float, unit: str = "Count",
+            dimensions: dict[str, str] | None = None) -> None:
+        """Record a value; ``dimensions`` are added to ``service`` for this value alone."""
+        ...
 
     def flush(self) -> None:
         """Publish what was put since the last flush (one EMF record in Lambda)."""
@@ -24,7 +27,8 @@ class Metrics(Protocol):
 
 
 class NoMetrics:
-    def put(self, name: str, value: float, unit: str = "Count") -> None:
+    def put(self, name: str, value: float, unit: str = "Count",
+            dimensions: dict[str, str] | None = None) -> None:
         return None
 
     def flush(self) -> None:
@@ -39,7 +43,14 @@ class EmfMetrics:
 
         self._metrics = PowertoolsMetrics(namespace=NAMESPACE, service="reminders")
 
-    def put(self, name: str, value: float, unit: str = "Count") -> None:
+    def put(self, name: str, value: float, unit: str = "Count",
+            dimensions: dict[str, str] | None = None) -> None:
+        if dimensions:  # its own EMF record, with the extra dimensions
+            from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+            with single_metric(name=name, unit=MetricUnit(unit), value=value, namespace=NAMESPACE,
+                               default_dimensions={"service": "reminders", **dimensions}):
+                return
         self._metrics.add_metric(name=name, unit=unit, value=value)
 
     def flush(self) -> None:
@@ -52,10 +63,12 @@ class CloudWatchMetrics:
     def __init__(self, client: Any) -> None:
         self._client = client
 
-    def put(self, name: str, value: float, unit: str = "Count") -> None:
+    def put(self, name: str, value: float, unit: str = "Count",
+            dimensions: dict[str, str] | None = None) -> None:
         self._client.put_metric_data(Namespace=NAMESPACE, MetricData=[{
             "MetricName": name, "Value": value, "Unit": unit,
-            "Dimensions": [{"Name": "service", "Value": "reminders"}]}])
+            "Dimensions": [{"Name": k, "Value": v} for k, v in
+                           {"service": "reminders", **(dimensions or {})}.items()]}])
 
     def flush(self) -> None:
         return None

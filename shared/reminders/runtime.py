@@ -4,13 +4,15 @@ or installed by the local stack and tests (a port we own: clock, channels, metri
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reminders import config, db
 from reminders.channels.base import Channel
 from reminders.clock import Clock, clock_from_env
+from reminders.errors import AuthenticationFailed, DatabaseUnavailable
 from reminders.observability import Metrics, NoMetrics
 from reminders.queue import Queue
 
@@ -25,16 +27,42 @@ class Runtime:
     channels: Mapping[str, Channel]
     metrics: Metrics = field(default_factory=NoMetrics)
     rng: random.Random = field(default_factory=random.Random)
+    # Where the database URL comes from again when a password is refused (the secret, in
+    # Lambda); None when it was given whole (DATABASE_URL).
+    database_url_source: Callable[[], str] | None = None
     _conn: db.Connection | None = None
+    _used: float = 0.0
 
     def connection(self) -> db.Connection:
-        """A live connection, reconnecting once if the previous one broke."""
+        """A live connection. One that broke is replaced; one idle for longer than
+        REMINDERS_DB_IDLE_CHECK_SECONDS is checked first (RDS Proxy closes idle clients, and
+        psycopg would only notice on the batch's first statement, failing the whole batch).
+        A refused password is read again from its secret once (the secret rotates)."""
+        now = time.monotonic()
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken and \
+                now - self._used > self.settings.limits.idle_check_seconds:
+            try:
+                db.fetch_one(conn, "ping")
+            except DatabaseUnavailable:
+                conn.close()
         if self._conn is None or self._conn.closed or self._conn.broken:
-            limits = self.settings.limits
-            self._conn = db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
-                                    lock_timeout_ms=limits.lock_timeout_ms,
-                                    statement_timeout_ms=limits.statement_timeout_ms)
+            try:
+                self._conn = self._connect()
+            except AuthenticationFailed:
+                if self.database_url_source is None:
+                    raise
+                self.settings = replace(self.settings,
+                                        database_url=self.database_url_source())
+                self._conn = self._connect()
+        self._used = time.monotonic()
         return self._conn
+
+    def _connect(self) -> db.Connection:
+        limits = self.settings.limits
+        return db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
+                          lock_timeout_ms=limits.lock_timeout_ms,
+                          statement_timeout_ms=limits.statement_timeout_ms)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -102,10 +130,17 @@ def build_channels(settings: config.Settings, client: Any) -> LazyChannels:
 
 def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | None = None,
              clock: Clock | None = None) -> Runtime:
+    import os
+
     from reminders import aws
 
-    settings = config.load(environ)
+    env: Mapping[str, str] = os.environ if environ is None else dict(environ)
+    settings = config.load(env)
     urls = config.require_queues(settings)
+
+    def database_url() -> str:  # read from the secret again (it rotates)
+        return config.database_url_from_env(env)
+
     return Runtime(
         settings=settings,
         clock=clock or clock_from_env(dict(environ) if environ is not None else None),
@@ -114,6 +149,7 @@ def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | Non
         parking=Queue(aws.client("sqs"), urls.parking),
         channels=build_channels(settings, aws.send_client),
         metrics=metrics or NoMetrics(),
+        database_url_source=None if env.get("DATABASE_URL") else database_url,
     )
 
 

@@ -111,15 +111,20 @@ def test_email_is_sent_with_subject_and_text(moto_endpoint: str, verified_sender
     assert not channel.honours_idempotency_key
 
 
-def test_email_from_an_unverified_sender_is_permanent(moto_endpoint: str) -> None:
+def test_email_from_an_unverified_sender_is_a_configuration_error_retried(
+        moto_endpoint: str) -> None:
+    """A day-one SES mistake (the sender not verified, the sandbox) fails every e-mail the same
+    way until an operator fixes it: retried and counted, never settled as failed for good."""
     channel = SesEmailChannel(aws("sesv2", moto_endpoint), "nobody@unverified.example")
     result = channel.send(message("traveller@example.com"), NOW)
-    assert result.outcome is Outcome.PERMANENT
+    assert result.outcome is Outcome.TRANSIENT
     assert result.detail == (
-        "SES MessageRejected: Email address not verified nobody@unverified.example"
+        "configuration error (fix the setup; retried): SES MessageRejected: Email address not "
+        "verified nobody@unverified.example"
     )
     assert result.status_code == 400
     assert result.extra["error_code"] == "MessageRejected"
+    assert result.extra["config_error"] is True
 
 
 def test_email_to_a_non_address_is_permanent_without_a_call() -> None:
@@ -283,7 +288,6 @@ def test_transient_codes(code: str, status: int) -> None:
     "code",
     [
         "MessageRejected",
-        "MailFromDomainNotVerifiedException",
         "AccountSuspendedException",
         "InvalidParameterValue",
         "InvalidParameter",
@@ -291,13 +295,19 @@ def test_transient_codes(code: str, status: int) -> None:
         "NotFoundException",
         "EndpointDisabled",
         "OptedOut",
-        "AuthorizationError",
-        "AccessDeniedException",
         "SomethingNew",
     ],
 )
 def test_permanent_codes(code: str) -> None:
     assert classify_aws_error(client_error(code), "SNS").outcome is Outcome.PERMANENT
+
+
+@pytest.mark.parametrize("code", ["AuthorizationError", "AccessDeniedException",
+                                  "MailFromDomainNotVerifiedException", "KMSAccessDenied",
+                                  "InvalidClientTokenId"])
+def test_configuration_errors_are_retried_and_marked(code: str) -> None:
+    result = classify_aws_error(client_error(code), "SNS")
+    assert result.outcome is Outcome.TRANSIENT and result.extra["config_error"] is True
 
 
 def test_unknown_code_blamed_on_the_receiver_is_transient() -> None:

@@ -655,8 +655,10 @@ class RecordingMetrics:
         self.pending: dict[str, float] = {}
         self.flushed: list[dict[str, float]] = []
 
-    def put(self, name: str, value: float, unit: str = "Count") -> None:
-        self.pending[name] = value
+    def put(self, name: str, value: float, unit: str = "Count",
+            dimensions: dict[str, str] | None = None) -> None:
+        label = name + "".join(f"[{k}={v}]" for k, v in sorted((dimensions or {}).items()))
+        self.pending[label] = value
 
     def flush(self) -> None:
         self.flushed.append(self.pending)
@@ -741,3 +743,29 @@ def test_redrive_counts_what_it_parks_as_metrics(harness: Harness, database_url:
     _to_dlq(h)
     work(h)
     assert {"Dead": 1} in metrics.flushed
+
+
+def test_an_ses_configuration_error_is_retried_and_counted_by_channel(
+        harness: Harness) -> None:
+    """A sender identity that is not verified fails every e-mail the same way: each is retried
+    (never settled failed for good) and SendConfigErrors pages someone."""
+    from dataclasses import replace
+
+    from reminders.local import stack
+    from reminders.runtime import build_channels
+
+    h = harness
+    h.rt.settings = replace(h.rt.settings, email_sender="nobody@unverified.example")
+    h.rt.channels = build_channels(h.rt.settings, lambda service, config=None: stack.aws_client(
+        service, h.endpoint, config))
+    metrics = RecordingMetrics()
+    h.rt.metrics = metrics
+    result = schedules.schedule(h.conn, tenant="acme", recipients=["ida@example.com"],
+                                channel="email", at=h.clock.now(), now=h.clock.now(),
+                                key="config-error")
+    key = result.deliveries[0].delivery_key
+    tick(h)
+    work(h)
+    row = delivery(h, key)
+    assert row["state"] == "retrying" and row["reason"].startswith("configuration error")
+    assert any(f.get("SendConfigErrors[channel=email]") == 1 for f in metrics.flushed)

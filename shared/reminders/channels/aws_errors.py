@@ -60,25 +60,15 @@ TRANSIENT_CODES = frozenset(
     }
 )
 
-# The same request will keep failing until the message, the recipient or the setup changes.
-PERMANENT_CODES = frozenset(
+# The deployment's setup is wrong (a sender identity not verified, the SES sandbox, a missing
+# grant, a disabled key): every send fails the same way until an operator fixes it, and then
+# they all can succeed. Retried within the kind's budget and counted (SendConfigErrors, by
+# channel), so a day-one mistake pages someone instead of failing every message for good.
+CONFIG_CODES = frozenset(
     {
-        "MessageRejected",
         "MailFromDomainNotVerified",
         "MailFromDomainNotVerifiedException",
-        "AccountSuspendedException",
-        "InvalidParameterValue",
-        "InvalidParameter",
-        "ParameterValueInvalid",
-        "ValidationError",
-        "ValidationException",
-        "BadRequestException",
-        "NotFound",
-        "NotFoundException",
         "ConfigurationSetDoesNotExist",
-        "EndpointDisabled",
-        "OptedOut",
-        "PlatformApplicationDisabled",
         "AuthorizationError",
         "AccessDenied",
         "AccessDeniedException",
@@ -90,6 +80,25 @@ PERMANENT_CODES = frozenset(
         "KMSNotFound",
         "KMSOptInRequired",
         "KMSAccessDenied",
+    }
+)
+
+# The same request will keep failing until the message or the recipient changes.
+PERMANENT_CODES = frozenset(
+    {
+        "MessageRejected",
+        "AccountSuspendedException",
+        "InvalidParameterValue",
+        "InvalidParameter",
+        "ParameterValueInvalid",
+        "ValidationError",
+        "ValidationException",
+        "BadRequestException",
+        "NotFound",
+        "NotFoundException",
+        "EndpointDisabled",
+        "OptedOut",
+        "PlatformApplicationDisabled",
     }
 )
 
@@ -112,7 +121,9 @@ def classify_client_error(error: ClientError, service: str) -> SendResult:
     text = str(info.get("Message") or "")
     raw_status = metadata.get("HTTPStatusCode")
     status = raw_status if isinstance(raw_status, int) else None
-    if code in TRANSIENT_CODES:
+    config_error = code in CONFIG_CODES or (
+        code == "MessageRejected" and "not verified" in text.lower())  # the SES sandbox
+    if code in TRANSIENT_CODES or config_error:
         outcome = Outcome.TRANSIENT
     elif code in PERMANENT_CODES:
         outcome = Outcome.PERMANENT
@@ -122,6 +133,9 @@ def classify_client_error(error: ClientError, service: str) -> SendResult:
         outcome = Outcome.PERMANENT  # another 4xx: the request itself is wrong
     detail = _one_line(f"{service} {code}: {text}" if text else f"{service} {code}")
     extra: dict[str, Any] = {"error_code": code}
+    if config_error:
+        detail = _one_line(f"configuration error (fix the setup; retried): {detail}")
+        extra["config_error"] = True
     request_id = metadata.get("RequestId")
     if request_id:
         extra["request_id"] = request_id

@@ -11,7 +11,14 @@ import psycopg
 from psycopg.rows import dict_row
 
 from reminders.db.queries import SERVICE, query
-from reminders.errors import ConfigError, Conflict, DatabaseUnavailable, InvalidInput, NotFound
+from reminders.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    Conflict,
+    DatabaseUnavailable,
+    InvalidInput,
+    NotFound,
+)
 
 Row = dict[str, Any]
 Params = Mapping[str, Any] | Sequence[Any] | None
@@ -48,6 +55,9 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
             options=options or None,
         )
     except psycopg.OperationalError as exc:
+        if exc.sqlstate in ("28P01", "28000") or "password authentication failed" in str(exc):
+            raise AuthenticationFailed(f"Postgres refused the credentials: "
+                                       f"{_first_line(exc)}") from exc
         raise DatabaseUnavailable(f"cannot connect to Postgres: {_first_line(exc)}") from exc
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"DATABASE_URL is not a valid connection string: "

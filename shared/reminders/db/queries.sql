@@ -6,6 +6,10 @@
 -- Fails an open pipeline's implicit transaction, so leaving the pipeline rolls it back.
 do $$ begin raise exception 'pipeline abandoned by the client'; end $$;
 
+-- name: ping
+-- Is the connection still there (after it sat idle)?
+select 1 as ok;
+
 -- name: migrations_applied
 select version from schema_migrations order by version;
 
