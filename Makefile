@@ -45,7 +45,7 @@ $(BENCH_STAMP): $(STAMP)
 	rm -f $(VENV)/.bench-*
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); about 5 minutes
+bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); 2-3 minutes
 	$(BIN)/python -m tests.bench.run
 
 clean:
