@@ -1,0 +1,236 @@
+"""What the benchmark figures share: the database set-up, an in-memory queue, a channel that
+records its sends, runtimes for the scanner and the consumer, and index-read counters.
+
+Postgres is always the real (embedded) server. The queue and the channel are in-process
+stand-ins: the figures measure the service's own work and its database statements, not SQS
+(moto's SQS slows down with queue depth, so it is never used here) nor a network.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from reminders import config, db, schedules
+from reminders.channels.base import Message, Outcome, SendResult
+from reminders.clock import Clock
+from reminders.db import migrate
+from reminders.queue import LeaseMessage, Rejected
+from reminders.runtime import Runtime
+
+NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+URL = "https://hooks.example.com/bench"
+SECRET = "whsec_" + "A" * 32
+BASE = "bench_base"  # migrated, one shared endpoint; every figure's database is a copy
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def make_base(server: str) -> None:
+    with db.connect(db.create_database(server, BASE)) as conn:
+        migrate.apply(conn)
+        db.execute(conn, "endpoint_add", {"tenant": None, "url": URL, "secret": SECRET})
+
+
+def fresh_db(server: str, name: str, template: str = BASE) -> tuple[db.Connection, str]:
+    """A copy of ``template`` (it must have no open connection)."""
+    db.drop_database(server, name)
+    url = db.create_database(server, name, template=template)
+    return db.connect(url), url
+
+
+def add_schedule(conn: db.Connection, *, tenant: str, key: str, due: datetime,
+                 recipients: Sequence[str] = ("seed",), url: str = URL) -> int:
+    """A one-off schedule through the application API; returns its id."""
+    result = schedules.schedule(conn, tenant=tenant, recipients=list(recipients),
+                                channel="webhook", to=url, at=due,
+                                now=min(due, NOW) - timedelta(minutes=1), key=key)
+    return result.schedule_id
+
+
+def add_rows(conn: db.Connection, *, tenant: str, schedule_id: int, count: int,
+             due: datetime, state: str = "scheduled", first: int = 1, url: str = URL) -> None:
+    """``count`` more deliveries of a schedule in one statement, shaped as ``schedule()``
+    writes them (a fan-out's recipients ``r<first>`` ...). Much faster than the API for
+    building large tables; the rows are indistinguishable to the scanner."""
+    conn.execute("""
+        insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
+                                delivery_key, occurrence_at, revision, due_at, state, reason,
+                                created_at, updated_at)
+        select %(tenant)s, %(sid)s, 0, 'r' || g, 'webhook', %(url)s,
+               'bench:' || %(sid)s || ':' || g, %(due)s, '1', %(due)s, %(state)s,
+               case when %(state)s = 'sent' then 'bench' end, %(created)s, %(created)s
+        from generate_series(%(first)s::bigint, %(last)s::bigint) g""",
+                 {"tenant": tenant, "sid": schedule_id, "url": url, "due": due,
+                  "state": state, "created": due - timedelta(days=1), "first": first,
+                  "last": first + count - 1})
+
+
+def backlog(conn: db.Connection, *, due_rows: int, done_rows: int = 0, tenant: str = "big",
+            due: datetime = NOW - timedelta(minutes=1)) -> None:
+    """One tenant's fan-out: ``due_rows`` due at one instant (a tie group, the hard case for
+    an index on the due time alone), after ``done_rows`` terminal ones of the same schedule."""
+    sid = add_schedule(conn, tenant=tenant, key=f"fan-{tenant}", due=due)
+    if done_rows:
+        add_rows(conn, tenant=tenant, schedule_id=sid, count=done_rows, due=due, state="sent")
+    add_rows(conn, tenant=tenant, schedule_id=sid, count=due_rows - 1, due=due,
+             first=done_rows + 1)
+    conn.execute("vacuum analyze")
+
+
+class MemoryQueue:
+    """The deliveries queue in memory. ``depth`` counts what waits and what a consumer holds,
+    as SQS's approximate counts do. Each ``publish`` is one scanner pass: kept, with its time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[str] = collections.deque()
+        self._held = 0
+        self.passes: list[tuple[float, list[int]]] = []  # (monotonic time, delivery ids)
+
+    def publish(self, messages: Sequence[LeaseMessage], *,
+                concurrency: int = 1) -> list[Rejected]:
+        bodies = [m.body() for m in messages]
+        with self._lock:
+            self._waiting.extend(bodies)
+            self.passes.append((time.monotonic(), [m.delivery_id for m in messages]))
+        return []
+
+    def depth(self) -> int:
+        with self._lock:
+            return len(self._waiting) + self._held
+
+    def send_raw(self, body: str, attributes: dict[str, str]) -> None:
+        with self._lock:
+            self._waiting.append(body)
+
+    def take(self, limit: int = 10) -> list[str]:
+        """Up to ``limit`` messages, held until :meth:`done` (a receive)."""
+        with self._lock:
+            taken = [self._waiting.popleft() for _ in range(min(limit, len(self._waiting)))]
+            self._held += len(taken)
+        return taken
+
+    def done(self, count: int) -> None:
+        """A consumer deleted ``count`` held messages."""
+        with self._lock:
+            self._held -= count
+
+    def clear(self) -> None:
+        with self._lock:
+            self._waiting.clear()
+            self._held = 0
+            self.passes.clear()
+
+
+@dataclass
+class RecordingChannel:
+    """A webhook channel that answers at once and records each send's key and time."""
+
+    name: str = "webhook"
+    honours_idempotency_key: bool = True
+    send_timeout: float = 10.0
+    sends: list[tuple[str, float]] = field(default_factory=list)
+
+    def send(self, message: Message, now: Any) -> SendResult:
+        self.sends.append((message.delivery_key, time.monotonic()))  # list.append is atomic
+        return SendResult(Outcome.SENT, "recorded", 200)
+
+
+class WallClock:
+    """Scenario time that runs with the wall clock: ``start`` at the moment it is made."""
+
+    def __init__(self, start: datetime) -> None:
+        self.start = start
+        self.origin = time.monotonic()
+
+    def now(self) -> datetime:
+        return self.start + timedelta(seconds=time.monotonic() - self.origin)
+
+    def at(self, monotonic: float) -> datetime:
+        return self.start + timedelta(seconds=monotonic - self.origin)
+
+
+def runtime(url: str, clock: Clock, queue: MemoryQueue, channels: dict[str, Any],
+            **limits: int | str) -> Runtime:
+    env = {"DATABASE_URL": url, "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"}
+    env.update({f"REMINDERS_{name.upper()}": str(value) for name, value in limits.items()})
+    return Runtime(settings=config.load(env), clock=clock,
+                   deliveries=queue, dlq=MemoryQueue(),  # type: ignore[arg-type]
+                   parking=MemoryQueue(), channels=channels)  # type: ignore[arg-type]
+
+
+def sqs_event(bodies: Sequence[str]) -> dict[str, Any]:
+    return {"Records": [{
+        "messageId": str(uuid.uuid4()), "receiptHandle": "r", "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+        "md5OfBody": "", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:deliveries",
+        "awsRegion": "us-east-1",
+    } for body in bodies]}
+
+
+def settle_leased(conn: db.Connection) -> int:
+    """What consumers would do, outside any timing: every live lease ends ``sent``."""
+    return conn.execute("""
+        update deliveries set state = 'sent', reason = 'bench', lease_token = null,
+                              lease_expires_at = null
+        where state = 'leased'""").rowcount
+
+
+def index_reads(conn: db.Connection, work: Callable[[], Any]) -> dict[str, int]:
+    """Index entries each index of ``deliveries`` returned while ``work`` ran on ``conn``
+    (``pg_stat_user_indexes.idx_tup_read`` before and after; the session flushes its
+    counters before it answers ``pg_stat_force_next_flush()``)."""
+
+    def snapshot() -> dict[str, int]:
+        rows = conn.execute("""
+            select indexrelname, idx_tup_read from pg_stat_user_indexes
+            where relname = 'deliveries'""").fetchall()
+        return {r["indexrelname"]: int(r["idx_tup_read"]) for r in rows}
+
+    conn.execute("select pg_stat_force_next_flush()")  # earlier work is counted before
+    before = snapshot()
+    work()
+    conn.execute("select pg_stat_force_next_flush()")  # flushed before this answers
+    after = snapshot()
+    return {name: after[name] - before.get(name, 0) for name in after
+            if after[name] != before.get(name, 0)}
+
+
+def count_round_trips(conn: db.Connection, work: Callable[[], Any]) -> int:
+    """Client messages that wait for the server, from libpq's protocol trace: a Sync, a simple
+    Query, or a Flush that asks for results (one sent right after a Sync waits for nothing
+    more). The same count as tests/integration/test_promises.py."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            work()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sent = [f[3].split(" ")[0] for f in (line.split("\t") for line in
+                                               trace.read().splitlines())
+                if len(f) > 3 and f[1] == "F"]
+    return sum(1 for i, kind in enumerate(sent)
+               if kind in ("Sync", "Query") or (kind == "Flush" and sent[i - 1] != "Sync"))
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
