@@ -23,7 +23,7 @@ from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 
 _SCANNER_LOCK = 0x5343414E
-OVERDUE_COUNT_CAP = 10_000
+OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}

@@ -212,7 +212,14 @@ select pg_advisory_unlock(%(key)s);
 --                            when the attempt budget is spent, else due again (same key);
 --   no send was tried     -> due again; if its message reached a consumer this counts toward
 --                            the poison-message limit, which parks it `dead`.
-with expired as (
+with candidates as (  -- two ranges of the lease-expiry index, each bounded: no lease walk
+    (select id from deliveries where state = 'leased' and lease_expires_at < %(now)s
+     order by lease_expires_at limit %(limit)s)
+    union all
+    (select id from deliveries where state = 'leased'
+       and lease_expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)
+     order by lease_expires_at desc limit %(limit)s)
+), expired as (
     select d.id, d.channel, d.send_attempt, d.superseded, d.received, d.empty_receives,
            d.attempts_made - d.attempts_base as attempts_counted, d.attempts_made,
            k.max_attempts, (s.rrule is not null) as recurring, a.outcome as recorded
@@ -220,12 +227,10 @@ with expired as (
     join schedules s on s.id = d.schedule_id
     join kinds k on k.name = s.kind
     left join attempts a on a.delivery_id = d.id and a.attempt_no = d.send_attempt
-    where d.state = 'leased'
+    where d.id in (select id from candidates) and d.state = 'leased'
       and (d.lease_expires_at < %(now)s
            or (d.send_attempt is null
                and d.lease_expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)))
-    order by d.lease_expires_at
-    limit %(limit)s
     for update of d skip locked
 ), decided as (
     select e.*, case
@@ -331,7 +336,8 @@ update deliveries d set
     reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s,
     received = false, leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
 from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
-where d.id = r.id and d.lease_token = r.token and d.state = 'leased' and d.send_attempt is null;
+where d.id = r.id and d.id = any(%(ids)s::bigint[]) and d.lease_token = r.token
+  and d.state = 'leased' and d.send_attempt is null;
 
 -- name: retention_purge
 -- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
@@ -404,7 +410,8 @@ select extract(epoch from %(now)s - least(
                   and d.due_at <= %(now)s
                 order by d.due_at, d.id limit 1) o
             where not t.paused),
-           (select min(due_at) from deliveries where state = 'leased' and due_at <= %(now)s))
+           (select m from (select min(due_at) as m from deliveries where state = 'leased') l
+            where m <= %(now)s))
        )::float8 as seconds,
        extract(epoch from %(now)s - (
            select min(o.due_at) from tenants t cross join lateral (
@@ -427,7 +434,8 @@ with ours as (
     select d.id from deliveries d
     join unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
       on d.id = r.id and d.lease_token = r.token
-    where d.state = 'leased' and not d.received
+    where d.id = any(%(ids)s::bigint[])  -- primary-key lookups, never a walk over the leases
+      and d.state = 'leased' and not d.received
     for update of d skip locked
 )
 update deliveries d set received = true from ours where d.id = ours.id;
@@ -474,8 +482,8 @@ with started as (
                             updated_at = %(now)s
     from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(deadlines)s::timestamptz[])
         as r(id, token, deadline)
-    where d.id = r.id and d.lease_token = r.token and d.state = 'leased'
-      and d.send_attempt is null
+    where d.id = r.id and d.id = any(%(ids)s::bigint[]) and d.lease_token = r.token
+      and d.state = 'leased' and d.send_attempt is null
     returning d.id, d.tenant, d.attempts_made, d.lease_token
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
@@ -508,8 +516,8 @@ update deliveries d set
 from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::text[], %(reasons)s::text[],
             %(due_ats)s::timestamptz[], %(attempt_nos)s::integer[])
     as r(id, token, state, reason, due_at, attempt_no)
-where d.id = r.id and d.lease_token = r.token and d.state = 'leased'
-  and d.send_attempt is not distinct from r.attempt_no
+where d.id = r.id and d.id = any(%(ids)s::bigint[]) and d.lease_token = r.token
+  and d.state = 'leased' and d.send_attempt is not distinct from r.attempt_no
 returning d.id, d.state;
 -- name: delivery_replay
 -- Redrive: fenced on the lease the dead-lettered message was about (or on an expired one) and
