@@ -104,13 +104,20 @@ def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
 
 
 def migrations_fingerprint(source: Path = REPO_ROOT) -> str:
-    """A hash of the SQL the migrate function applies, so a change re-runs it on deploy."""
+    """A hash of the SQL the migrate function applies (the migrations, and the application
+    role's grants in the migrate handler), so a change re-runs it on deploy."""
     digest = hashlib.sha256()
     sql_root = source / "shared" / "reminders" / "db"
     for path in sorted(sql_root.rglob("*.sql")):
         digest.update(path.relative_to(sql_root).as_posix().encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
+    for path in (source / "functions" / "migrate" / "handler.py",
+                 sql_root / "migrate.py"):
+        if path.is_file():
+            digest.update(path.relative_to(source).as_posix().encode())
+            digest.update(b"\0")
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
