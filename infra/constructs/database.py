@@ -143,6 +143,7 @@ class Database(Construct):
             self,
             "AppSecret",
             username=APP_USERNAME,
+            dbname=settings.db_name,
             exclude_characters=PASSWORD_EXCLUDE_CHARACTERS,
         )
         self.app_secret = app_secret.attach(self.instance)
