@@ -76,19 +76,13 @@ class RemindersStack(Stack):
             rotation_functions=self.database.rotation_functions,
         )
         if settings.db_deletion_protection:
+            # After every construct of the stack, CDK's own providers included.
+            everything_else = list(self.node.children)
             self.protection: DeletionProtection | None = DeletionProtection(
                 self,
                 "DeletionProtection",
                 instance=self.database.instance,
-                after=[
-                    self.network,
-                    self.database,
-                    self.queues,
-                    self.functions,
-                    self.migrations,
-                    self.schedule,
-                    self.monitoring,
-                ],
+                after=everything_else,
             )
         else:
             self.protection = None

@@ -9,7 +9,6 @@ from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
@@ -219,23 +218,25 @@ class Functions(Construct):
             )
         )
 
-        self.consumer.add_event_source(
-            sources.SqsEventSource(
-                queues.deliveries,
-                batch_size=settings.consumer_batch_size,
-                max_batching_window=_window(settings.consumer_batching_window_seconds),
-                report_batch_item_failures=True,
-                max_concurrency=settings.consumer_max_concurrency,
-            )
+        # Event source mappings without CDK's consume grant, which adds sqs:GetQueueUrl: the
+        # poller needs only what _grant_consume lists.
+        _grant_consume(self.consumer, queues.deliveries)
+        self.consumer.add_event_source_mapping(
+            "SqsEventSource",
+            event_source_arn=queues.deliveries.queue_arn,
+            batch_size=settings.consumer_batch_size,
+            max_batching_window=_window(settings.consumer_batching_window_seconds),
+            report_batch_item_failures=True,
+            max_concurrency=settings.consumer_max_concurrency,
         )
-        self.redrive.add_event_source(
-            sources.SqsEventSource(
-                queues.dead_letter,
-                batch_size=settings.redrive_batch_size,
-                max_batching_window=_window(settings.redrive_batching_window_seconds),
-                report_batch_item_failures=True,
-                max_concurrency=settings.redrive_max_concurrency,
-            )
+        _grant_consume(self.redrive, queues.dead_letter)
+        self.redrive.add_event_source_mapping(
+            "SqsEventSource",
+            event_source_arn=queues.dead_letter.queue_arn,
+            batch_size=settings.redrive_batch_size,
+            max_batching_window=_window(settings.redrive_batching_window_seconds),
+            report_batch_item_failures=True,
+            max_concurrency=settings.redrive_max_concurrency,
         )
 
         self.consumer.add_to_role_policy(
@@ -258,6 +259,24 @@ class Functions(Construct):
 
         for name, function in self.all.items():
             _acknowledge_role_wildcards(name, function)
+
+
+def _grant_consume(function: lambda_.Function, queue: sqs.IQueue) -> None:
+    """What Lambda's SQS poller calls with the function's role (the actions of the AWS
+    managed AWSLambdaSQSQueueExecutionRole, plus ChangeMessageVisibility for the messages a
+    partial batch response returns)."""
+    function.add_to_role_policy(
+        iam.PolicyStatement(
+            sid="ConsumeEventSource",
+            actions=[
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "sqs:ChangeMessageVisibility",
+            ],
+            resources=[queue.queue_arn],
+        )
+    )
 
 
 def _grant_secret_value(

@@ -259,7 +259,6 @@ def _send_config_metric(channel: str, period: Duration = FIVE_MINUTES) -> cw.Met
         dimensions_map={"service": SERVICE_NAME, "channel": channel},
         statistic=cw.Stats.SUM,
         period=period,
-        label=channel,
     )
 
 
@@ -623,7 +622,10 @@ def _dashboard(
     dashboard.add_widgets(
         cw.GraphWidget(
             title="Send configuration errors by channel (consumer, retried)",
-            left=[_send_config_metric(channel, ONE_MINUTE) for channel in CHANNELS],
+            left=[
+                _send_config_metric(channel, ONE_MINUTE).with_(label=channel)
+                for channel in CHANNELS
+            ],
             width=8,
         ),
         cw.GraphWidget(

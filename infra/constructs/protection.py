@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Stack
 from aws_cdk import aws_rds as rds
 from aws_cdk import custom_resources as cr
@@ -31,7 +33,7 @@ class DeletionProtection(Construct):
         construct_id: str,
         *,
         instance: rds.DatabaseInstance,
-        after: list[IDependable],
+        after: Sequence[IDependable],
     ) -> None:
         super().__init__(scope, construct_id)
         call = cr.AwsSdkCall(
@@ -60,7 +62,7 @@ class DeletionProtection(Construct):
         provider = Stack.of(self).node.try_find_child(AWS_CUSTOM_RESOURCE_SINGLETON)
         assert provider is not None
         acknowledge(
-            provider,
+            provider.node.find_child("ServiceRole"),
             "AwsSolutions-IAM4",
             "CDK's AwsCustomResource function uses the AWS managed basic execution policy "
             "(CloudWatch Logs only); its one SDK call is granted separately on this "
