@@ -1,7 +1,8 @@
 """Build the dependency layer and stage the function code, without Docker.
 
-The layer holds third-party packages compiled for Lambda (Python 3.13, arm64), fetched as
-binary wheels from PyPI by ``pip --platform``. The code asset holds ``functions/`` and the
+The layer holds third-party packages compiled for Lambda (Python 3.13, arm64, glibc 2.28 wheels
+or older), fetched as binary wheels from PyPI by ``pip --platform``; psycopg is pinned to the
+version installed where synth runs, the one the tests ran. The code asset holds ``functions/`` and the
 ``reminders`` package side by side, so both import from ``/var/task``.
 
 ``python -m infra.layer`` (``make layer``) builds the layer; synth reuses ``build/layer`` when
@@ -14,6 +15,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,9 +24,24 @@ LAYER_DIR = BUILD_DIR / "layer"
 CODE_DIR = BUILD_DIR / "lambda-code"
 
 PYTHON_VERSION = "3.13"
-PLATFORM = "manylinux2014_aarch64"
+# Lambda's python3.13 runtime is Amazon Linux 2023 (glibc 2.34). pip also accepts older
+# manylinux tags for this platform; psycopg-binary 3.3 publishes aarch64 wheels only for
+# manylinux_2_28, so "manylinux2014" silently resolved psycopg 3.2 instead.
+PLATFORM = "manylinux_2_28_aarch64"
+# Used when psycopg is not installed where the layer is built (it is in the project's venv).
+PSYCOPG_FALLBACK = "psycopg[binary]>=3.3,<3.4"
+
+
+def psycopg_requirement() -> str:
+    """The psycopg the tests run (the one installed here), pinned exactly for Lambda."""
+    try:
+        return f"psycopg[binary]=={metadata.version('psycopg')}"
+    except metadata.PackageNotFoundError:
+        return PSYCOPG_FALLBACK
+
+
 LAYER_REQUIREMENTS: tuple[str, ...] = (
-    "psycopg[binary]>=3.2,<3.4",
+    psycopg_requirement(),
     "tzdata",
     "python-dateutil",
     "aws-lambda-powertools[tracer]>=3.0,<4",
