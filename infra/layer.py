@@ -2,8 +2,8 @@
 
 The layer holds third-party packages compiled for Lambda (Python 3.13, arm64, glibc 2.28 wheels
 or older), fetched as binary wheels from PyPI by ``pip --platform``; psycopg is pinned to the
-version installed where synth runs, the one the tests ran. The code asset holds ``functions/`` and the
-``reminders`` package side by side, so both import from ``/var/task``.
+version installed where synth runs, the one the tests ran. The code asset holds ``functions/``
+and the ``reminders`` package side by side, so both import from ``/var/task``.
 
 ``python -m infra.layer`` (``make layer``) builds the layer; synth reuses ``build/layer`` when
 its stamp matches the requirements below and builds it otherwise.
