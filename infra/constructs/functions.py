@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -222,7 +222,7 @@ class Functions(Construct):
         # poller needs only what _grant_consume lists.
         _grant_consume(self.consumer, queues.deliveries)
         self.consumer.add_event_source_mapping(
-            "SqsEventSource",
+            _mapping_id(queues.deliveries),
             event_source_arn=queues.deliveries.queue_arn,
             batch_size=settings.consumer_batch_size,
             max_batching_window=_window(settings.consumer_batching_window_seconds),
@@ -231,7 +231,7 @@ class Functions(Construct):
         )
         _grant_consume(self.redrive, queues.dead_letter)
         self.redrive.add_event_source_mapping(
-            "SqsEventSource",
+            _mapping_id(queues.dead_letter),
             event_source_arn=queues.dead_letter.queue_arn,
             batch_size=settings.redrive_batch_size,
             max_batching_window=_window(settings.redrive_batching_window_seconds),
@@ -259,6 +259,12 @@ class Functions(Construct):
 
         for name, function in self.all.items():
             _acknowledge_role_wildcards(name, function)
+
+
+def _mapping_id(queue: sqs.IQueue) -> str:
+    """The id CDK's SqsEventSource gives its mapping, so deployed mappings keep their logical
+    ids (a new id would replace the mapping, running two at once for a moment)."""
+    return f"SqsEventSource:{Names.node_unique_id(queue.node)}"
 
 
 def _grant_consume(function: lambda_.Function, queue: sqs.IQueue) -> None:
