@@ -295,8 +295,13 @@ def test_only_this_accounts_alarms_may_use_the_alarm_key(default: Synthesized) -
 # --- item 11: synth with no credentials at all --------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "cli_environment",
+    [{}, {"CDK_DEFAULT_ACCOUNT": "210987654321", "CDK_DEFAULT_REGION": "ap-south-1"}],
+    ids=["no-cli", "cli-defaults"],
+)
 def test_the_cdk_app_synthesizes_without_credentials_or_context(
-    layer_dir: Path, tmp_path: Path
+    layer_dir: Path, tmp_path: Path, cli_environment: dict[str, str]
 ) -> None:
     keep = {"PATH", "HOME", "LANG", "PYTHONPATH", "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION"}
     env = {name: value for name, value in os.environ.items() if name in keep}
@@ -305,6 +310,7 @@ def test_the_cdk_app_synthesizes_without_credentials_or_context(
         AWS_CONFIG_FILE=str(tmp_path / "no-config"),
         AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-credentials"),
         AWS_EC2_METADATA_DISABLED="true",
+        **cli_environment,
     )
     result = subprocess.run(
         [sys.executable, "-m", "infra.app"],
@@ -320,3 +326,11 @@ def test_the_cdk_app_synthesizes_without_credentials_or_context(
     text = json.dumps(template)
     assert "123456789012" not in text
     assert "eu-west-1" not in text
+    # Nothing was looked up (a lookup would need credentials at deploy time too).
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert "missing" not in manifest
+    stack = manifest["artifacts"]["Reminders"]
+    if cli_environment:
+        assert stack["environment"] == "aws://210987654321/ap-south-1"
+    else:
+        assert stack["environment"] == "aws://unknown-account/unknown-region"
