@@ -91,7 +91,7 @@ class Monitoring(Construct):
         scanner = functions["scanner"]
         specs = [
             *_queue_alarms(settings, queues, schedule_dead_letter, functions["redrive"]),
-            *_scanner_alarms(settings, scanner),
+            *_scanner_alarms(settings),
             *_outcome_alarms(settings),
             *_send_config_alarms(),
             *_rotation_alarms(rotation_functions),
@@ -149,8 +149,8 @@ class Monitoring(Construct):
         )
 
 
-def _scanner_alarms(settings: Settings, scanner: lambda_.IFunction) -> list[AlarmSpec]:
-    """Late deliveries (``ScannerSilent`` is built in ``_scanner_silent``).
+def _scanner_alarms(settings: Settings) -> list[AlarmSpec]:
+    """Late deliveries (``ScannerSilent`` is a composite of ``_scanner_silence_inputs``).
 
     Created only after the schedule rule, which itself waits for the database, the proxy and
     the migrations (the twenty minutes of a first deploy in which nothing can run). Missing
