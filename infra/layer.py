@@ -1,8 +1,9 @@
 """Build the dependency layer and stage the function code, without Docker.
 
-The layer holds third-party packages compiled for Lambda (Python 3.13, arm64), fetched as
-binary wheels from PyPI by ``pip --platform``. The code asset holds ``functions/`` and the
-``reminders`` package side by side, so both import from ``/var/task``.
+The layer holds third-party packages compiled for Lambda (Python 3.13, arm64, glibc 2.28 wheels
+or older), fetched as binary wheels from PyPI by ``pip --platform``; psycopg is pinned to the
+version installed where synth runs, the one the tests ran. The code asset holds ``functions/``
+and the ``reminders`` package side by side, so both import from ``/var/task``.
 
 ``python -m infra.layer`` (``make layer``) builds the layer; synth reuses ``build/layer`` when
 its stamp matches the requirements below and builds it otherwise.
@@ -14,6 +15,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,9 +24,24 @@ LAYER_DIR = BUILD_DIR / "layer"
 CODE_DIR = BUILD_DIR / "lambda-code"
 
 PYTHON_VERSION = "3.13"
-PLATFORM = "manylinux2014_aarch64"
+# Lambda's python3.13 runtime is Amazon Linux 2023 (glibc 2.34). pip also accepts older
+# manylinux tags for this platform; psycopg-binary 3.3 publishes aarch64 wheels only for
+# manylinux_2_28, so "manylinux2014" silently resolved psycopg 3.2 instead.
+PLATFORM = "manylinux_2_28_aarch64"
+# Used when psycopg is not installed where the layer is built (it is in the project's venv).
+PSYCOPG_FALLBACK = "psycopg[binary]>=3.3,<3.4"
+
+
+def psycopg_requirement() -> str:
+    """The psycopg the tests run (the one installed here), pinned exactly for Lambda."""
+    try:
+        return f"psycopg[binary]=={metadata.version('psycopg')}"
+    except metadata.PackageNotFoundError:
+        return PSYCOPG_FALLBACK
+
+
 LAYER_REQUIREMENTS: tuple[str, ...] = (
-    "psycopg[binary]>=3.2,<3.4",
+    psycopg_requirement(),
     "tzdata",
     "python-dateutil",
     "aws-lambda-powertools[tracer]>=3.0,<4",
@@ -104,13 +121,20 @@ def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
 
 
 def migrations_fingerprint(source: Path = REPO_ROOT) -> str:
-    """A hash of the SQL the migrate function applies, so a change re-runs it on deploy."""
+    """A hash of the SQL the migrate function applies (the migrations, and the application
+    role's grants in the migrate handler), so a change re-runs it on deploy."""
     digest = hashlib.sha256()
     sql_root = source / "shared" / "reminders" / "db"
     for path in sorted(sql_root.rglob("*.sql")):
         digest.update(path.relative_to(sql_root).as_posix().encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
+    for path in (source / "functions" / "migrate" / "handler.py",
+                 sql_root / "migrate.py"):
+        if path.is_file():
+            digest.update(path.relative_to(source).as_posix().encode())
+            digest.update(b"\0")
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

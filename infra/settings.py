@@ -6,8 +6,9 @@ Every value can be overridden with ``-c name=value`` (strings) or in ``cdk.json`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from aws_cdk import aws_logs as logs
@@ -54,6 +55,13 @@ RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
 }
 
 
+# Zones used when ``availabilityZones`` is not given: the first ones Fn::GetAZs returns.
+DEFAULT_ZONE_COUNT = 2
+# Where the CDK CLI puts the account and region of the caller's credentials and configuration.
+DEFAULT_ACCOUNT_ENV = "CDK_DEFAULT_ACCOUNT"
+DEFAULT_REGION_ENV = "CDK_DEFAULT_REGION"
+
+
 class SettingsError(ValueError):
     """A context value is missing its expected shape."""
 
@@ -96,9 +104,12 @@ def _as_list(name: str, value: Any) -> tuple[str, ...]:
 class Settings:
     """Everything the stack needs to know about one deployment."""
 
-    account: str = "123456789012"
-    region: str = "eu-west-1"
-    availability_zones: tuple[str, ...] = ()  # empty: "<region>a", "<region>b"
+    # Empty: the CDK CLI's CDK_DEFAULT_ACCOUNT / CDK_DEFAULT_REGION (the caller's credentials and
+    # configured region); without those the stack is environment-agnostic and CloudFormation
+    # fills them in at deploy time. Nothing account- or region-specific lives in cdk.json.
+    account: str = ""
+    region: str = ""
+    availability_zones: tuple[str, ...] = ()  # empty: the region's first two, at deploy time
     stack_name: str = "Reminders"
 
     # network
@@ -168,9 +179,12 @@ class Settings:
 
     @property
     def azs(self) -> list[str]:
-        if self.availability_zones:
-            return list(self.availability_zones)
-        return [f"{self.region}a", f"{self.region}b"]
+        """Zones named in context; empty means the region's first two (``Fn::GetAZs``)."""
+        return list(self.availability_zones)
+
+    @property
+    def zone_count(self) -> int:
+        return len(self.availability_zones) or DEFAULT_ZONE_COUNT
 
     @property
     def ses_identity(self) -> str:
@@ -354,14 +368,22 @@ class Settings:
             )
 
     @classmethod
-    def from_node(cls, node: Node) -> Settings:
-        """Read every field from context under its camelCase name."""
+    def from_node(cls, node: Node, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every field from context under its camelCase name; the account and region
+        fall back to the CDK CLI's ``CDK_DEFAULT_ACCOUNT``/``CDK_DEFAULT_REGION``."""
         values: dict[str, Any] = {}
         for field_name, (context_key, convert) in _CONTEXT_KEYS.items():
             raw = node.try_get_context(context_key)
             if raw is not None:
                 values[field_name] = convert(context_key, raw)
-        return cls(**values).validate()
+        settings = cls(**values)
+        env = os.environ if environ is None else environ
+        settings = replace(
+            settings,
+            account=settings.account or env.get(DEFAULT_ACCOUNT_ENV, ""),
+            region=settings.region or env.get(DEFAULT_REGION_ENV, ""),
+        )
+        return settings.validate()
 
 
 def _camel(name: str) -> str:

@@ -12,6 +12,7 @@ from infra.constructs.functions import Functions
 from infra.constructs.migrations import Migrations
 from infra.constructs.monitoring import Monitoring
 from infra.constructs.network import Network
+from infra.constructs.protection import DeletionProtection
 from infra.constructs.queues import Queues
 from infra.constructs.schedule import Schedule
 from infra.settings import Settings
@@ -24,7 +25,8 @@ class RemindersStack(Stack):
         super().__init__(
             scope,
             construct_id,
-            env=Environment(account=settings.account, region=settings.region),
+            # None leaves the stack environment-agnostic: CloudFormation supplies them.
+            env=Environment(account=settings.account or None, region=settings.region or None),
             description="Reminders: scheduled deliveries over Postgres, SQS and Lambda",
             **kwargs,
         )
@@ -45,8 +47,17 @@ class RemindersStack(Stack):
             "Migrations",
             settings=settings,
             migrate=self.functions.migrate,
+            app_secret_arn=self.database.app_secret.secret_arn,
             after=self.database.proxy,
         )
+        # New code never runs against the old schema: the functions that serve traffic (and
+        # with them their event source mappings, which are their children) are created or
+        # updated only after the migrations, and so is the schedule below.
+        for function in self.functions.service_functions.values():
+            function.node.add_dependency(self.migrations.resource)
+        # The application role exists only once migrate has run; its rotation (which rotates
+        # at once when created) logs in as that role.
+        self.database.app_rotation_schedule.node.add_dependency(self.migrations.resource)
         self.schedule = Schedule(
             self,
             "Schedule",
@@ -61,13 +72,29 @@ class RemindersStack(Stack):
             queues=self.queues,
             schedule_dead_letter=self.schedule.dead_letter,
             functions=dict(self.functions.all),
+            schedule=self.schedule.rule,
+            rotation_functions=self.database.rotation_functions,
         )
+        if settings.db_deletion_protection:
+            # After every construct of the stack, CDK's own providers included.
+            everything_else = list(self.node.children)
+            self.protection: DeletionProtection | None = DeletionProtection(
+                self,
+                "DeletionProtection",
+                instance=self.database.instance,
+                after=everything_else,
+            )
+        else:
+            self.protection = None
         self._outputs()
 
     @property
     def availability_zones(self) -> list[str]:
-        """From context, so synth never looks them up."""
-        return self.settings.azs
+        """From context, or the region's first zones resolved by CloudFormation at deploy time
+        (``Fn::GetAZs``), so synth never looks them up and needs no credentials."""
+        if self.settings.azs:
+            return self.settings.azs
+        return [Fn.select(i, Fn.get_azs()) for i in range(self.settings.zone_count)]
 
     def _outputs(self) -> None:
         queues = {
@@ -80,6 +107,7 @@ class RemindersStack(Stack):
             CfnOutput(self, f"{name}QueueArn", value=queue.queue_arn)
         CfnOutput(self, "ProxyEndpoint", value=self.database.endpoint)
         CfnOutput(self, "DatabaseSecretArn", value=self.database.secret.secret_arn)
+        CfnOutput(self, "AppDatabaseSecretArn", value=self.database.app_secret.secret_arn)
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
         CfnOutput(
             self,

@@ -1,7 +1,19 @@
-"""CloudFormation custom resource: apply the database migrations on create and update."""
+"""CloudFormation custom resource: apply the database migrations on create and update, then
+create or update the application role that scanner, consumer and redrive log in as.
+
+The migrate function connects with the master credentials (``REMINDERS_DB_SECRET_ARN``); the
+application role's login is the secret named by the resource property ``AppSecretArn``. The
+role gets DML on the service's tables and nothing else: no DDL, no other schema, no
+temporary tables, no writes to ``schema_migrations``. Every statement is idempotent, so the
+grants are re-applied after every migration run (a new table is granted the moment it exists).
+"""
+
+from __future__ import annotations
 
 import os
 from typing import Any
+
+from psycopg import sql
 
 from reminders import config, db
 from reminders.db import migrate
@@ -10,6 +22,99 @@ from reminders.observability import logger
 if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # validate the settings at cold start
     config.load()
 
+# The service's schema: every table the migrations create lives here.
+SCHEMA = "public"
+# The migrator's own bookkeeping; the application may read it, never write it.
+MIGRATIONS_TABLE = "schema_migrations"
+APP_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def ensure_app_role(
+    conn: db.Connection, username: str, password: str, *, set_password: bool
+) -> bool:
+    """Create the application role, or bring an existing one back to exactly its grants.
+
+    The password is set when the role is created and when ``set_password`` is true (a new
+    secret); otherwise it is left alone, because the secret's rotation owns it from then on.
+    Returns whether the role was created. Runs as the master user (on RDS a member of
+    rds_superuser with CREATEROLE, not a superuser), so it only uses what such a role may do.
+    """
+    role = sql.Identifier(username)
+    schema = sql.Identifier(SCHEMA)
+    with db.transaction(conn):
+        database = conn.execute("select current_database() as name").fetchone()
+        assert database is not None
+        found = conn.execute(
+            "select rolcreatedb, rolcreaterole from pg_roles where rolname = %s", (username,)
+        ).fetchone()
+        exists = found is not None
+        # A new role is never superuser, createdb, createrole, replication or bypassrls (and
+        # only a superuser could add the first, third and fourth later); an existing one loses
+        # createdb and createrole if someone gave them. PostgreSQL 16+ lets a role change those
+        # attributes only if it holds them itself, so they are named only when set.
+        attributes = [sql.SQL("login")]
+        if found is not None and found["rolcreatedb"]:
+            attributes.append(sql.SQL("nocreatedb"))
+        if found is not None and found["rolcreaterole"]:
+            attributes.append(sql.SQL("nocreaterole"))
+        options = sql.SQL(" ").join(attributes)
+        if not exists:
+            conn.execute(
+                sql.SQL("create role {} with {} password {}").format(
+                    role, options, sql.Literal(password)
+                )
+            )
+        elif set_password:
+            conn.execute(
+                sql.SQL("alter role {} with {} password {}").format(
+                    role, options, sql.Literal(password)
+                )
+            )
+        else:
+            conn.execute(sql.SQL("alter role {} with {}").format(role, options))
+
+        db_name = sql.Identifier(database["name"])
+        # Nobody creates schemas or temporary tables in the service's database by default;
+        # the owner (the master user) keeps every right through ownership.
+        conn.execute(sql.SQL("revoke create, temporary on database {} from public").format(db_name))
+        conn.execute(sql.SQL("grant connect on database {} to {}").format(db_name, role))
+        conn.execute(sql.SQL("revoke create on schema {} from public").format(schema))
+        conn.execute(sql.SQL("grant usage on schema {} to {}").format(schema, role))
+
+        tables = [
+            row["tablename"]
+            for row in conn.execute(
+                "select tablename from pg_tables where schemaname = %s order by tablename",
+                (SCHEMA,),
+            ).fetchall()
+        ]
+        dml = sql.SQL(", ").join(sql.SQL(p) for p in APP_TABLE_PRIVILEGES)
+        for table in tables:
+            target = sql.Identifier(SCHEMA, table)
+            # Exactly these privileges: anything granted before (by hand, or by an older
+            # version of this function) is taken back first.
+            conn.execute(sql.SQL("revoke all on table {} from {}").format(target, role))
+            if table == MIGRATIONS_TABLE:
+                conn.execute(sql.SQL("grant select on table {} to {}").format(target, role))
+            else:
+                conn.execute(sql.SQL("grant {} on table {} to {}").format(dml, target, role))
+    return not exists
+
+
+def _app_login(event: dict[str, Any]) -> tuple[str, str, bool] | None:
+    """The application role's (username, password, set_password) from the request, or None
+    when the resource names no application secret (a local run)."""
+    properties = event.get("ResourceProperties") or {}
+    secret_arn = properties.get("AppSecretArn")
+    if not secret_arn:
+        return None
+    from reminders.aws import read_db_secret
+
+    username, password = read_db_secret(str(secret_arn))
+    old = (event.get("OldResourceProperties") or {}).get("AppSecretArn")
+    set_password = event.get("RequestType") == "Create" or old != secret_arn
+    return username, password, set_password
+
 
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -17,8 +122,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if request == "Delete":  # the data outlives the stack; nothing to undo
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "reminders-schema")}
     settings = config.load()
+    login = _app_login(event)
     with db.connect(settings.database_url, prepare=settings.db_prepare) as conn:
         applied = migrate.apply(conn)
-    logger.info("migrations applied", extra={"applied": applied})
+        created = None
+        if login is not None:
+            username, password, set_password = login
+            created = ensure_app_role(conn, username, password, set_password=set_password)
+    logger.info("migrations applied", extra={"applied": applied, "app_role_created": created})
     return {"PhysicalResourceId": "reminders-schema",
             "Data": {"Applied": ",".join(map(str, applied)) or "none"}}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration, Names, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_rds as rds
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from infra.constructs.network import Network
@@ -15,6 +16,26 @@ from infra.settings import Settings, retention_days
 POSTGRES_VERSION = rds.PostgresEngineVersion.VER_17_9
 PORT = 5432
 MASTER_USERNAME = "reminders_admin"
+# The least-privilege role scanner, consumer and redrive log in as (DML on the service's
+# tables, nothing else); the migrate custom resource creates it (functions/migrate/handler.py).
+APP_USERNAME = "reminders_app"
+# CDK's own exclusions for RDS passwords (rds.DatabaseSecret and single-user rotation).
+PASSWORD_EXCLUDE_CHARACTERS = " %+~`#$&*()|[]{}:;<>?!'/@\"\\"
+# What EC2 puts in a security group with no egress rule: CDK's "disallow all" placeholder.
+NO_EGRESS = {
+    "CidrIp": "255.255.255.255/32",
+    "Description": "Disallow all traffic",
+    "FromPort": 252,
+    "IpProtocol": "icmp",
+    "ToPort": 86,
+}
+
+
+def rotation_function_name(rotation: secretsmanager.SecretRotation) -> str:
+    """The name CDK gives a SecretRotation's function: the last 64 characters of the
+    construct's unique id (aws-secretsmanager's secret-rotation)."""
+    unique = Names.unique_id(rotation)
+    return unique[-64:]
 
 
 class Database(Construct):
@@ -47,17 +68,27 @@ class Database(Construct):
         self.proxy_security_group.add_egress_rule(
             self.instance_security_group, ec2.Port.tcp(PORT), "proxy to database"
         )
+        # A rule to another group becomes its own SecurityGroupEgress resource, and CDK drops
+        # the group's inline "no traffic" placeholder when it is added: a group with no inline
+        # egress gets EC2's default allow-all. Keep the placeholder so that rule is the only one.
+        proxy_group = self.proxy_security_group.node.default_child
+        assert isinstance(proxy_group, ec2.CfnSecurityGroup)
+        proxy_group.add_property_override("SecurityGroupEgress", [NO_EGRESS])
         self.instance_security_group.add_ingress_rule(
             self.proxy_security_group, ec2.Port.tcp(PORT), "proxy to database"
         )
 
         # Created here (not by RDS) so its retention is set without a log-retention function.
+        # Its name is fixed by RDS, so a failed first deploy must not leave it behind (the
+        # retry would fail on "already exists"): RetainExceptOnCreate deletes it when a create
+        # rolls back and keeps the database's logs when the stack is deleted later.
         instance_identifier = f"{settings.stack_name.lower()}-postgres"
         log_group = logs.LogGroup(
             self,
             "PostgresLogs",
             log_group_name=f"/aws/rds/instance/{instance_identifier}/postgresql",
             retention=retention_days(settings.log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
         self.instance = rds.DatabaseInstance(
             self,
@@ -77,7 +108,10 @@ class Database(Construct):
             storage_encrypted=True,
             publicly_accessible=False,
             multi_az=settings.db_multi_az,
-            deletion_protection=settings.db_deletion_protection,
+            # Off in the template even when dbDeletionProtection is on: a protected instance
+            # cannot be deleted when a first deploy rolls back, so the retry would fail. The
+            # stack turns protection on as its very last step (infra/constructs/protection.py).
+            deletion_protection=False,
             backup_retention=Duration.days(settings.db_backup_retention_days),
             delete_automated_backups=False,
             removal_policy=RemovalPolicy.SNAPSHOT,
@@ -102,12 +136,47 @@ class Database(Construct):
             vpc_subnets=network.private_subnets,
         )
 
+        # The application's own login: created by the migrate custom resource with the master
+        # credentials, rotated like the master's (single user: the role changes its own
+        # password). Its rotation waits for the role to exist (infra/stack.py).
+        app_secret = rds.DatabaseSecret(
+            self,
+            "AppSecret",
+            username=APP_USERNAME,
+            dbname=settings.db_name,
+            exclude_characters=PASSWORD_EXCLUDE_CHARACTERS,
+        )
+        self.app_secret = app_secret.attach(self.instance)
+        self.app_rotation = secretsmanager.SecretRotation(
+            self,
+            "AppSecretRotation",
+            application=secretsmanager.SecretRotationApplication.POSTGRES_ROTATION_SINGLE_USER,
+            secret=self.app_secret,
+            target=self.instance,
+            vpc=vpc,
+            vpc_subnets=network.private_subnets,
+            endpoint=network.endpoints["SecretsManager"],
+            automatically_after=Duration.days(settings.db_rotation_days),
+            exclude_characters=PASSWORD_EXCLUDE_CHARACTERS,
+        )
+        schedules = [
+            child
+            for child in self.app_secret.node.children
+            if isinstance(child, secretsmanager.RotationSchedule)
+        ]
+        assert len(schedules) == 1, schedules
+        self.app_rotation_schedule = schedules[0]
+        self.rotation_functions = {
+            "Master": rotation_function_name(self.rotation),
+            "App": rotation_function_name(self.app_rotation),
+        }
+
         self.proxy = self.instance.add_proxy(
             "Proxy",
             db_proxy_name=f"{settings.stack_name.lower()}-proxy",
             vpc=vpc,
             vpc_subnets=network.private_subnets,
-            secrets=[self.secret],
+            secrets=[self.secret, self.app_secret],
             security_groups=[self.proxy_security_group],
             require_tls=True,
             iam_auth=False,
@@ -132,10 +201,13 @@ class Database(Construct):
                 "Multi-AZ was switched off for this deployment with -c dbMultiAz=false "
                 "(development or test); production keeps the default, on.",
             )
-        if not settings.db_deletion_protection:
-            acknowledge(
-                self.instance,
-                "AwsSolutions-RDS10",
-                "Deletion protection was switched off for this deployment with "
-                "-c dbDeletionProtection=false (a disposable environment).",
-            )
+        acknowledge(
+            self.instance,
+            "AwsSolutions-RDS10",
+            "Deletion protection is turned on by the stack's last resource "
+            "(DeletionProtection custom resource, ModifyDBInstance) once everything else is "
+            "created, so a failed first deploy can still roll the instance back and be retried."
+            if settings.db_deletion_protection
+            else "Deletion protection was switched off for this deployment with "
+            "-c dbDeletionProtection=false (a disposable environment).",
+        )

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -68,6 +68,8 @@ class FunctionDefaults:
             self.scope,
             f"{construct_id}Logs",
             retention=retention_days(self.settings.log_retention_days),
+            # Kept when the stack is deleted; removed when a first deploy rolls back.
+            removal_policy=RemovalPolicy.RETAIN_ON_UPDATE_OR_DELETE,
         )
         role = iam.Role(
             self.scope,
@@ -143,13 +145,16 @@ class Functions(Construct):
             environment=environment(settings, database, queues),
         )
 
+        # Scanner, consumer and redrive log in as the application role; only migrate (which
+        # creates that role and owns the schema) gets the master credentials.
+        app_login = {"REMINDERS_DB_SECRET_ARN": database.app_secret.secret_arn}
         self.scanner = defaults.create(
             "scanner",
             description="Leases due deliveries and publishes their ids to the deliveries queue",
             timeout_seconds=settings.scanner_timeout_seconds,
             subnets=network.private_subnets,
             memory_mib=settings.scanner_memory_mib,
-            environment=scanner_environment(settings),
+            environment={**scanner_environment(settings), **app_login},
             reserved_concurrency=settings.scanner_reserved_concurrency,
             # A failed tick is not retried: the next tick a minute later picks up the work.
             async_retry_attempts=0,
@@ -161,14 +166,14 @@ class Functions(Construct):
             timeout_seconds=settings.consumer_timeout_seconds,
             subnets=network.consumer_subnets,
             memory_mib=settings.consumer_memory_mib,
-            environment=consumer_environment(settings),
+            environment={**consumer_environment(settings), **app_login},
         )
         self.redrive = defaults.create(
             "redrive",
             description="Settles dead-lettered deliveries through Postgres or parks them",
             timeout_seconds=settings.redrive_timeout_seconds,
             subnets=network.private_subnets,
-            environment=service_environment(settings),
+            environment={**service_environment(settings), **app_login},
         )
         self.migrate = defaults.create(
             "migrate",
@@ -185,34 +190,60 @@ class Functions(Construct):
 
         check_visibility(queues.deliveries, self.consumer)
 
-        for function in self.all.values():
-            database.secret.grant_read(function)
-        queues.deliveries.grant_send_messages(self.scanner)
-        queues.parking.grant_send_messages(self.redrive)
-
-        self.consumer.add_event_source(
-            sources.SqsEventSource(
-                queues.deliveries,
-                batch_size=settings.consumer_batch_size,
-                max_batching_window=_window(settings.consumer_batching_window_seconds),
-                report_batch_item_failures=True,
-                max_concurrency=settings.consumer_max_concurrency,
+        # Only what the code calls: secretsmanager:GetSecretValue (reminders.aws.read_db_secret),
+        # the scanner's SendMessageBatch and GetQueueAttributes (queue depth) on the deliveries
+        # queue, redrive's SendMessage to parking. The event sources add their own reads.
+        self.service_functions = {
+            "scanner": self.scanner,
+            "consumer": self.consumer,
+            "redrive": self.redrive,
+        }
+        for function in self.service_functions.values():
+            _grant_secret_value(function, database.app_secret)
+        _grant_secret_value(self.migrate, database.secret)
+        # migrate sets the application role's password from its secret.
+        _grant_secret_value(self.migrate, database.app_secret, sid="ReadAppDatabaseSecret")
+        self.scanner.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="PublishDeliveries",
+                actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
+                resources=[queues.deliveries.queue_arn],
             )
         )
-        self.redrive.add_event_source(
-            sources.SqsEventSource(
-                queues.dead_letter,
-                batch_size=settings.redrive_batch_size,
-                max_batching_window=_window(settings.redrive_batching_window_seconds),
-                report_batch_item_failures=True,
-                max_concurrency=settings.redrive_max_concurrency,
+        self.redrive.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="ParkMessages",
+                actions=["sqs:SendMessage"],
+                resources=[queues.parking.queue_arn],
             )
+        )
+
+        # Event source mappings without CDK's consume grant, which adds sqs:GetQueueUrl: the
+        # poller needs only what _grant_consume lists.
+        _grant_consume(self.consumer, queues.deliveries)
+        self.consumer.add_event_source_mapping(
+            _mapping_id(queues.deliveries),
+            event_source_arn=queues.deliveries.queue_arn,
+            batch_size=settings.consumer_batch_size,
+            max_batching_window=_window(settings.consumer_batching_window_seconds),
+            report_batch_item_failures=True,
+            max_concurrency=settings.consumer_max_concurrency,
+        )
+        _grant_consume(self.redrive, queues.dead_letter)
+        self.redrive.add_event_source_mapping(
+            _mapping_id(queues.dead_letter),
+            event_source_arn=queues.dead_letter.queue_arn,
+            batch_size=settings.redrive_batch_size,
+            max_batching_window=_window(settings.redrive_batching_window_seconds),
+            report_batch_item_failures=True,
+            max_concurrency=settings.redrive_max_concurrency,
         )
 
         self.consumer.add_to_role_policy(
             iam.PolicyStatement(
                 sid="SendEmailFromIdentity",
-                actions=["ses:SendEmail", "ses:SendRawEmail"],
+                # SES v2 SendEmail (reminders.channels.email) is authorized as ses:SendEmail.
+                actions=["ses:SendEmail"],
                 resources=[
                     Stack.of(self).format_arn(
                         service="ses",
@@ -230,11 +261,46 @@ class Functions(Construct):
             _acknowledge_role_wildcards(name, function)
 
 
+def _mapping_id(queue: sqs.IQueue) -> str:
+    """The id CDK's SqsEventSource gives its mapping, so deployed mappings keep their logical
+    ids (a new id would replace the mapping, running two at once for a moment)."""
+    return f"SqsEventSource:{Names.node_unique_id(queue.node)}"
+
+
+def _grant_consume(function: lambda_.Function, queue: sqs.IQueue) -> None:
+    """What Lambda's SQS poller calls with the function's role (the actions of the AWS
+    managed AWSLambdaSQSQueueExecutionRole, plus ChangeMessageVisibility for the messages a
+    partial batch response returns)."""
+    function.add_to_role_policy(
+        iam.PolicyStatement(
+            sid="ConsumeEventSource",
+            actions=[
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "sqs:ChangeMessageVisibility",
+            ],
+            resources=[queue.queue_arn],
+        )
+    )
+
+
+def _grant_secret_value(
+    function: lambda_.Function, secret: secretsmanager.ISecret, *, sid: str = "ReadDatabaseSecret"
+) -> None:
+    function.add_to_role_policy(
+        iam.PolicyStatement(
+            sid=sid, actions=["secretsmanager:GetSecretValue"], resources=[secret.secret_arn]
+        )
+    )
+
+
 def environment(settings: Settings, database: Database, queues: Queues) -> dict[str, str]:
     """The settings every function reads at cold start; each adds its own below."""
     return {
         "REMINDERS_DB_HOST": database.endpoint,
         "REMINDERS_DB_NAME": database.name,
+        # The master credentials; scanner, consumer and redrive replace it with the app role's.
         "REMINDERS_DB_SECRET_ARN": database.secret.secret_arn,
         "REMINDERS_DB_SSLMODE": "verify-full",
         # RDS Proxy pins sessions that use prepared statements; psycopg must not prepare.

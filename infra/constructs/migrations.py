@@ -35,6 +35,7 @@ class Migrations(Construct):
         *,
         settings: Settings,
         migrate: lambda_.IFunction,
+        app_secret_arn: str,
         after: IDependable,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -51,7 +52,9 @@ class Migrations(Construct):
             "Apply",
             service_token=self.provider.service_token,
             resource_type="Custom::RemindersMigrations",
-            properties={"Fingerprint": migrations_fingerprint()},
+            # AppSecretArn: the application role's login, which the migrate function creates
+            # (or re-grants) after the migrations; a new secret re-runs it.
+            properties={"Fingerprint": migrations_fingerprint(), "AppSecretArn": app_secret_arn},
         )
         # Wait until the proxy and its target group exist: migrate connects through them.
         self.resource.node.add_dependency(after)

@@ -14,15 +14,16 @@ VPC_CIDR = "10.40.0.0/16"
 PRIVATE_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
 EGRESS_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
-# Every AWS API a function calls, reached without the internet.
+# Every AWS API a function calls from inside the VPC, reached without the internet: SQS
+# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES and SNS
+# (consumer). Nothing calls CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
+# stdout, logs go through the Lambda service, and trace segments go to the X-Ray daemon Lambda
+# runs beside the function; so those endpoints would only cost money.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
-    "CloudWatchMonitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
-    "CloudWatchLogs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
     "Ses": ec2.InterfaceVpcEndpointAwsService.EMAIL,
     "Sns": ec2.InterfaceVpcEndpointAwsService.SNS,
-    "XRay": ec2.InterfaceVpcEndpointAwsService.XRAY,
 }
 
 
@@ -60,7 +61,7 @@ class Network(Construct):
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(VPC_CIDR),
-            max_azs=len(settings.azs),
+            max_azs=settings.zone_count,
             nat_gateways=settings.nat_gateways if settings.webhook_egress else 0,
             subnet_configuration=subnets,
             restrict_default_security_group=True,

@@ -11,9 +11,14 @@ from infra.layer import build_layer
 from tests.infra.synth import Synthesized, synthesize
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+# The default variant is what synth gives with no context and no CDK CLI around it.
+for _name in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION"):
+    os.environ.pop(_name, None)
 
 # A deployment with every switch flipped away from its default.
 SWITCHED_CONTEXT: dict[str, object] = {
+    "account": "123456789012",
+    "region": "eu-west-1",
     "scannerEnabled": "false",
     "webhookEgress": "false",
     "dbMultiAz": "false",

@@ -6,13 +6,13 @@ import re
 import struct
 from pathlib import Path
 
-from infra.layer import RUNTIME_PROVIDED, layer_is_current, stage_code
+from infra.layer import PLATFORM, RUNTIME_PROVIDED, layer_is_current, stage_code
 from tests.infra.synth import Synthesized
 
 ELF_MACHINE_AARCH64 = 183
-WHEEL_TAG = re.compile(
-    r"^cp313-cp313-manylinux[0-9_]*_aarch64$|^cp313-cp313-manylinux2014_aarch64$"
-)
+WHEEL_TAG = re.compile(r"^cp313-cp313-manylinux(?:_(\d+)_(\d+)|2014)_aarch64$")
+# Lambda's python3.13 runtime: Amazon Linux 2023, glibc 2.34.
+LAMBDA_GLIBC = (2, 34)
 
 
 def _wheel_tags(dist_info: Path) -> list[str]:
@@ -25,7 +25,22 @@ def test_psycopg_binary_wheel_is_for_manylinux_aarch64_cp313(layer_dir: Path) ->
     (dist_info,) = site_packages.glob("psycopg_binary-*.dist-info")
     tags = _wheel_tags(dist_info)
     assert tags
-    assert all(WHEEL_TAG.match(tag) for tag in tags), tags
+    for tag in tags:
+        match = WHEEL_TAG.match(tag)
+        assert match, tags
+        if match[1]:
+            assert (int(match[1]), int(match[2])) <= LAMBDA_GLIBC, tag
+
+
+def test_layer_runs_the_psycopg_the_tests_run(layer_dir: Path) -> None:
+    import psycopg
+
+    site_packages = layer_dir / "python"
+    for distribution in ("psycopg", "psycopg_binary"):
+        (dist_info,) = site_packages.glob(f"{distribution}-*.dist-info")
+        version = dist_info.name.removeprefix(f"{distribution}-").removesuffix(".dist-info")
+        assert version == psycopg.__version__, distribution
+    assert PLATFORM == "manylinux_2_28_aarch64"
 
 
 def test_psycopg_binary_extensions_are_arm64_elf(layer_dir: Path) -> None:

@@ -11,13 +11,15 @@ from infra.settings import Settings, SettingsError, retention_days
 
 
 def _settings(**context: object) -> Settings:
-    return Settings.from_node(App(context=context).node)
+    return Settings.from_node(App(context=context).node, environ={})
 
 
 def test_defaults_need_no_context() -> None:
     settings = _settings()
-    assert (settings.account, settings.region) == ("123456789012", "eu-west-1")
-    assert settings.azs == ["eu-west-1a", "eu-west-1b"]
+    # Nothing account- or region-specific by default: environment-agnostic, zones at deploy.
+    assert (settings.account, settings.region) == ("", "")
+    assert settings.azs == []
+    assert settings.zone_count == 2
     assert settings.webhook_egress and settings.scanner_enabled
     assert settings.max_receive_count == 5
     thresholds = (
@@ -42,6 +44,28 @@ def test_command_line_strings_are_parsed() -> None:
     assert settings.db_connection_budget == 12
     assert settings.alarm_emails == ("a@example.com", "b@example.com")
     assert settings.azs == ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+
+def test_account_and_region_default_to_the_cdk_cli_environment() -> None:
+    environ = {"CDK_DEFAULT_ACCOUNT": "210987654321", "CDK_DEFAULT_REGION": "us-east-1"}
+    settings = Settings.from_node(App().node, environ=environ)
+    assert (settings.account, settings.region) == ("210987654321", "us-east-1")
+    # -c region=... alone works: no zones of another region come along.
+    settings = Settings.from_node(App(context={"region": "ap-south-1"}).node, environ=environ)
+    assert (settings.account, settings.region) == ("210987654321", "ap-south-1")
+    assert settings.azs == []
+
+
+def test_cdk_json_holds_nothing_account_or_region_specific() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "cdk.json").read_text()
+    context = json.loads(text)["context"]
+    assert not {"account", "region", "availabilityZones"} & set(context)
+    assert not re.search(r"\b\d{12}\b", text)
+    assert not re.search(r"\b[a-z]{2}(-gov)?-[a-z]+-\d[a-z]?\b", text)
 
 
 def test_cdk_json_values_are_accepted_typed() -> None:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk import App, Duration, Stack
+from aws_cdk import App, Duration, Stack, Token
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match
@@ -398,7 +398,9 @@ def test_interface_endpoints_for_every_aws_api_the_functions_call(default: Synth
         for endpoint in default.resources("AWS::EC2::VPCEndpoint").values()
     }
     suffixes = {name.rsplit(".", 1)[-1] for name in names}
-    assert {"sqs", "secretsmanager", "monitoring", "logs", "email", "sns"} <= suffixes
+    # Nothing in the VPC calls CloudWatch, Logs or X-Ray: EMF metrics and logs leave through
+    # the Lambda service, trace segments through Lambda's own X-Ray daemon.
+    assert suffixes == {"sqs", "secretsmanager", "email", "sns"}
 
 
 # --- database ---------------------------------------------------------------------------
@@ -413,10 +415,82 @@ def test_database_is_private_encrypted_backed_up_and_protected(default: Synthesi
             "StorageEncrypted": True,
             "PubliclyAccessible": False,
             "BackupRetentionPeriod": 7,
-            "DeletionProtection": True,
+            # Created unprotected; the stack's last resource protects it (below).
+            "DeletionProtection": False,
             "MultiAZ": True,
         },
     )
+
+
+def _protection(synth: Synthesized) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (logical_id, resource)
+        for logical_id, resource in synth.resources("Custom::AWS").items()
+        if "modifyDBInstance" in json.dumps(resource["Properties"].get("Create", ""))
+    ]
+
+
+def test_deletion_protection_is_turned_on_after_everything_else(default: Synthesized) -> None:
+    ((protect_id, protect),) = _protection(default)
+    (instance_id,) = default.resources("AWS::RDS::DBInstance")
+    create = "".join(
+        part if isinstance(part, str) else json.dumps(part)
+        for part in protect["Properties"]["Create"]["Fn::Join"][1]
+    )
+    assert '"action":"modifyDBInstance"' in create
+    assert '"DeletionProtection":true' in create
+    assert f'"DBInstanceIdentifier":"{{"Ref": "{instance_id}"}}"' in create
+    assert protect["Properties"]["Update"] == protect["Properties"]["Create"]
+    assert "Delete" not in protect["Properties"]  # deleting the stack keeps protection on
+    depends = set(protect["DependsOn"])
+    # Every other resource of the stack is created first, so nothing can fail after it and
+    # roll back a protected instance.
+    others = {
+        logical_id
+        for logical_id, resource in default.json["Resources"].items()
+        if logical_id != protect_id
+        and resource["Type"] not in {"AWS::CDK::Metadata"}
+        and not logical_id.startswith("AWS679f53fac002430cb0da5b7982bd2287")
+        and not logical_id.startswith("DeletionProtection")
+    }
+    assert others <= depends, others - depends
+    assert instance_id in depends
+    # The call may modify this instance only.
+    statements = [
+        s
+        for s in _statements(default)
+        if "rds:ModifyDBInstance" in _as_list(s["Action"])
+    ]
+    assert len(statements) == 1
+    assert _as_list(statements[0]["Resource"]) != ["*"]
+
+
+def test_a_failed_first_deploy_leaves_nothing_that_blocks_the_retry(
+    default: Synthesized, switched: Synthesized
+) -> None:
+    # The RDS log group has the name RDS dictates; a create rolled back removes it, a stack
+    # deleted later keeps the database's logs.
+    groups = [
+        (logical_id, resource)
+        for logical_id, resource in default.resources("AWS::Logs::LogGroup").items()
+        if "LogGroupName" in resource["Properties"]
+    ]
+    assert len(groups) == 1
+    (_, rds_logs) = groups[0]
+    assert "/aws/rds/instance/reminders-postgres/postgresql" in json.dumps(
+        rds_logs["Properties"]["LogGroupName"]
+    )
+    assert rds_logs["DeletionPolicy"] == "RetainExceptOnCreate"
+    # No named resource is kept by a rollback; the instance itself is not protected until the
+    # very end (test above), and snapshots are named by CloudFormation.
+    for logical_id, resource in default.json["Resources"].items():
+        if resource.get("DeletionPolicy") == "Retain":
+            assert not any(
+                key.endswith("Name") and key not in {"FunctionName"}
+                for key in resource.get("Properties", {})
+            ), logical_id
+    # With -c dbDeletionProtection=false there is nothing to turn on.
+    assert _protection(switched) == []
 
 
 def test_database_switches_come_from_context(switched: Synthesized) -> None:
@@ -500,37 +574,108 @@ def test_queue_alarms_cover_age_and_depth(default: Synthesized) -> None:
     assert {deliveries_id, dead_letter_id, parking_id} <= set(ages)
     assert ages[deliveries_id]["Threshold"] == 600
     depth = queue_alarms("ApproximateNumberOfMessagesVisible")
-    for queue_id in (dead_letter_id, parking_id):
-        assert depth[queue_id]["Threshold"] == 1
-        assert depth[queue_id]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The redrive function drains the DLQ at once, so its depth would almost never show.
+    assert dead_letter_id not in depth
+    assert depth[parking_id]["Threshold"] == 1
+    assert depth[parking_id]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 
 
-def test_oldest_overdue_alarm_reads_the_scanner_metric_and_breaches_when_missing(
-    default: Synthesized,
-) -> None:
-    (overdue,) = [a for a in _alarms(default) if a.get("MetricName") == "OldestOverdueSeconds"]
-    assert overdue["Namespace"] == "Reminders"
-    assert overdue["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
-    assert overdue["TreatMissingData"] == "breaching"
-    assert overdue["Threshold"] == 300
-    assert overdue["ActionsEnabled"] is True
-
-
-def test_scanner_silence_alarm(default: Synthesized, switched: Synthesized) -> None:
-    scanner_id, _ = default.function("scanner")
-    (silence,) = [
+def test_dead_letter_alarm_fires_on_messages_arriving(default: Synthesized) -> None:
+    redrive_id, _ = default.function("redrive")
+    (topic_id,) = default.resources("AWS::SNS::Topic")
+    # Every arrival invokes the redrive function (SQS does not count redrive-policy moves in
+    # the DLQ's NumberOfMessagesSent).
+    (arrivals,) = [
         a
         for a in _alarms(default)
-        if a.get("MetricName") == "Invocations" and _dimension_ref(a) == {"Ref": scanner_id}
+        if a.get("MetricName") == "Invocations" and _dimension_ref(a) == {"Ref": redrive_id}
     ]
-    assert silence["Namespace"] == "AWS/Lambda"
-    assert silence["ComparisonOperator"] == "LessThanThreshold"
-    assert silence["Threshold"] == 1
-    assert silence["TreatMissingData"] == "breaching"
-    assert silence["Period"] * silence["EvaluationPeriods"] >= 180
+    assert arrivals["Namespace"] == "AWS/Lambda"
+    assert arrivals["Statistic"] == "Sum"
+    assert arrivals["Threshold"] == 1
+    assert arrivals["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert arrivals["TreatMissingData"] == "notBreaching"
+    assert arrivals["AlarmActions"] == [{"Ref": topic_id}]
+
+
+def _rule_ids(synth: Synthesized) -> set[str]:
+    return set(synth.resources("AWS::Events::Rule"))
+
+
+def test_oldest_overdue_alarm_is_quiet_until_the_scanner_reports(default: Synthesized) -> None:
+    ((overdue_id, _),) = [
+        (logical_id, a)
+        for logical_id, a in default.resources("AWS::CloudWatch::Alarm").items()
+        if a["Properties"].get("MetricName") == "OldestOverdueSeconds"
+    ]
+    overdue = default.json["Resources"][overdue_id]
+    props = overdue["Properties"]
+    assert props["Namespace"] == "Reminders"
+    assert props["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
+    # A missing figure is no lateness (a silent scanner is ScannerSilent's alarm), so the
+    # first deploy, before any tick, stays green; and it is created after the schedule.
+    assert props["TreatMissingData"] == "notBreaching"
+    assert props["Threshold"] == 300
+    assert props["ActionsEnabled"] is True
+    assert _rule_ids(default) <= set(overdue["DependsOn"])
+
+
+def test_paused_tenants_are_graphed_not_alarmed(default: Synthesized) -> None:
+    assert not [a for a in _alarms(default) if "Paused" in a.get("MetricName", "")]
+    graphs = [
+        w["properties"]
+        for w in _dashboard_widgets(default)
+        if "Oldest overdue" in w["properties"].get("title", "")
+    ]
+    (graph,) = graphs
+    names = [m[1] for m in graph["metrics"]]
+    assert names == ["OldestOverdueSeconds", "PausedOldestOverdueSeconds"]
+
+
+def _composite(synth: Synthesized, name: str) -> tuple[str, dict[str, Any]]:
+    (found,) = [
+        (logical_id, resource)
+        for logical_id, resource in synth.resources("AWS::CloudWatch::CompositeAlarm").items()
+        if logical_id.startswith(f"Monitoring{name}")
+    ]
+    return found
+
+
+def test_scanner_silence_alarm_counts_missing_data_only_after_the_first_tick(
+    default: Synthesized, switched: Synthesized
+) -> None:
+    scanner_id, _ = default.function("scanner")
+    (topic_id,) = default.resources("AWS::SNS::Topic")
+    inputs = {
+        logical_id: alarm
+        for logical_id, alarm in default.resources("AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("MetricName") == "Invocations"
+        and _dimension_ref(alarm["Properties"]) == {"Ref": scanner_id}
+    }
+    assert len(inputs) == 2
+    by_missing = {a["Properties"]["TreatMissingData"]: (i, a) for i, a in inputs.items()}
+    silent_id, silent = by_missing["breaching"]
+    latch_id, latch = by_missing["ignore"]
+    assert silent["Properties"]["ComparisonOperator"] == "LessThanThreshold"
+    assert silent["Properties"]["Threshold"] == 1
+    assert silent["Properties"]["Period"] * silent["Properties"]["EvaluationPeriods"] >= 180
+    assert latch["Properties"]["ComparisonOperator"] == "LessThanThreshold"
+    # The inputs page nobody; the composite does.
+    for _, alarm in inputs.items():
+        assert alarm["Properties"]["ActionsEnabled"] is False
+        assert "AlarmActions" not in alarm["Properties"]
+        assert _rule_ids(default) <= set(alarm["DependsOn"])
+    _, composite = _composite(default, "ScannerSilent")
+    rule = json.dumps(composite["Properties"]["AlarmRule"])
+    assert f'ALARM(\\"", {{"Fn::GetAtt": ["{silent_id}", "Arn"]}}' in rule
+    assert f'OK(\\"", {{"Fn::GetAtt": ["{latch_id}", "Arn"]}}' in rule
+    assert composite["Properties"]["AlarmActions"] == [{"Ref": topic_id}]
+    assert composite["Properties"]["ActionsEnabled"] is True
+    assert "First:" in composite["Properties"]["AlarmDescription"]
+    assert _rule_ids(default) <= set(composite["DependsOn"])
     # A deliberately disabled scanner does not page anyone.
-    (disabled,) = [a for a in _alarms(switched) if a.get("MetricName") == "Invocations"]
-    assert disabled["ActionsEnabled"] is False
+    _, disabled = _composite(switched, "ScannerSilent")
+    assert disabled["Properties"]["ActionsEnabled"] is False
 
 
 def _delivery_alarm(synth: Synthesized, metric: str) -> tuple[str, dict[str, Any]]:
@@ -605,7 +750,13 @@ def test_errors_and_throttles_alarm_for_every_function(default: Synthesized) -> 
 
 def test_every_alarm_notifies_the_topic_and_says_what_to_do(default: Synthesized) -> None:
     (topic_id,) = default.resources("AWS::SNS::Topic")
-    for alarm in _alarms(default):
+    composites = [
+        c["Properties"] for c in default.resources("AWS::CloudWatch::CompositeAlarm").values()
+    ]
+    for alarm in [*_alarms(default), *composites]:
+        if alarm.get("ActionsEnabled") is False:  # the composite's inputs
+            assert "composite" in alarm["AlarmDescription"]
+            continue
         assert alarm["AlarmActions"] == [{"Ref": topic_id}]
         assert "First:" in alarm["AlarmDescription"]
 
@@ -692,13 +843,29 @@ def test_dashboard_graphs_unknown_and_dead_as_their_alarms_see_them(
         assert options.get("period", 300) == 300
 
 
-def test_synth_is_pinned_to_context_account_region_and_zones(
-    default: Synthesized, switched: Synthesized
-) -> None:
-    assert default.stack.account == "123456789012"
-    assert default.stack.region == "eu-west-1"
+def test_synth_is_pinned_to_context_account_region_and_zones(switched: Synthesized) -> None:
+    assert switched.stack.account == "123456789012"
+    assert switched.stack.region == "eu-west-1"
     zones = {
         subnet["Properties"]["AvailabilityZone"]
         for subnet in switched.resources("AWS::EC2::Subnet").values()
     }
     assert zones == {"eu-west-1a", "eu-west-1b", "eu-west-1c"}
+
+
+def test_without_context_the_stack_takes_the_account_region_and_zones_at_deploy_time(
+    default: Synthesized,
+) -> None:
+    # Neither context nor CDK_DEFAULT_ACCOUNT/REGION (tests/infra/conftest.py clears them):
+    # environment-agnostic, CloudFormation fills in the caller's account and region.
+    assert Token.is_unresolved(default.stack.account)
+    assert Token.is_unresolved(default.stack.region)
+    zones = [
+        subnet["Properties"]["AvailabilityZone"]
+        for subnet in default.resources("AWS::EC2::Subnet").values()
+    ]
+    assert zones
+    for zone in zones:
+        assert zone["Fn::Select"][1] == {"Fn::GetAZs": ""}
+    assert {zone["Fn::Select"][0] for zone in zones} == {0, 1}
+    assert "123456789012" not in json.dumps(default.json)
