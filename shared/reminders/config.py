@@ -145,10 +145,16 @@ CA_BUNDLES = ("/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/certs/ca-certificate
 
 
 def ca_bundle(env: Mapping[str, str]) -> str:
+    """The CA bundle that verifies the proxy's certificate; missing, start-up fails here rather
+    than every connection later (libpq's "system" needs OpenSSL paths the wheel may not have)."""
     explicit = env.get("REMINDERS_DB_SSLROOTCERT")
     if explicit:
         return explicit
-    return next((path for path in CA_BUNDLES if os.path.exists(path)), "system")
+    found = next((path for path in CA_BUNDLES if os.path.exists(path)), None)
+    if found is None:
+        raise ConfigError(f"no CA bundle to verify the database's certificate: none of "
+                          f"{', '.join(CA_BUNDLES)} exists; set REMINDERS_DB_SSLROOTCERT")
+    return found
 
 
 def queues_from_env(env: Mapping[str, str]) -> QueueUrls | None:

@@ -42,3 +42,9 @@ def test_a_secret_without_credentials_is_a_clear_error(secrets_endpoint: str) ->
 def test_no_database_setting_names_what_to_set() -> None:
     with pytest.raises(ConfigError, match="set DATABASE_URL, or REMINDERS_DB_HOST"):
         config.database_url_from_env({"REMINDERS_DB_HOST": "only-host"})
+
+
+def test_a_missing_ca_bundle_fails_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "CA_BUNDLES", ("/nonexistent/ca-bundle.crt",))
+    with pytest.raises(ConfigError, match="set REMINDERS_DB_SSLROOTCERT"):
+        config.ca_bundle({})
