@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,16 +38,20 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> str:
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = os.environ.get("REMINDERS_TEST_DATABASE_URL")
+    home: Path | None = None
     if not url:
         # Not under pytest's tmp dirs: a concurrent pytest run may prune those while we run.
-        url = stack.start_postgres(Path(tempfile.mkdtemp(prefix="reminders-pg-")) / "data",
-                                   keep_running=False)
+        home = Path(tempfile.mkdtemp(prefix="reminders-pg-"))
+        url = stack.start_postgres(home / "data", keep_running=False)
     template_url = db.create_database(url, "reminders_template")
     with db.connect(template_url) as conn:
         migrate.apply(conn)
-    return url
+    yield url
+    if home is not None:  # every test database goes with the server: gigabytes a session
+        stack.stop_postgres(home / "data")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
