@@ -213,7 +213,8 @@ def cmd_tick(args: argparse.Namespace) -> int:
     rt = _runtime()
     summary = pipeline.tick(rt)
     emit(args, summary, f"leased {summary['leased']}, published {summary['published']}, "
-                        f"released {summary['released']}, reclaimed {summary['reclaimed']}")
+                        f"released {summary['released']}, "
+                        f"reclaimed {_counts_text(summary['reclaimed'])}")
     return 0
 
 
@@ -230,7 +231,8 @@ def cmd_work(args: argparse.Namespace) -> int:
     rt = _runtime()
     summary = pipeline.work(rt, max_seconds=args.max_seconds)
     emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
-                        f"redrive: {_work_counts(summary['redrive'])}; idle: {summary['idle']}")
+                        f"redrive: {_work_counts(summary['redrive'])}; "
+                        + ("queues empty" if summary["idle"] else "queues not empty"))
     not_idle = f"the queues did not empty within {args.max_seconds:g}s"
     if summary["failed_records"] or summary["invocation_errors"]:
         tail = "" if summary["idle"] else f"; {not_idle}"
@@ -240,6 +242,14 @@ def cmd_work(args: argparse.Namespace) -> int:
         sys.stderr.write(f"reminders: work: {not_idle}\n")
         return 1
     return 0
+
+
+def _counts_text(value: Any) -> str:
+    """``{"unknown": 2, "retrying": 1}`` as ``2 unknown, 1 retrying``; a number as itself."""
+    if isinstance(value, dict):
+        parts = [f"{n} {name}" for name, n in value.items() if n]
+        return ", ".join(parts) if parts else "0"
+    return str(value)
 
 
 def _work_counts(counts: dict[str, Any]) -> str:
@@ -392,18 +402,30 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap, retention=keep)
+    from reminders.cli_format import duration
+
     data = _kind_json(row)
-    emit(args, data, f"kind {row['name']}: " + ", ".join(
-        f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "name"))
+    emit(args, data, f"kind {row['name']}: stale after "
+                     f"{duration(data['stale_after_seconds'])}, max attempts "
+                     f"{data['max_attempts']}, redrive budget {data['redrive_budget']}, backoff "
+                     f"{duration(data['backoff_base_seconds'])} to "
+                     f"{duration(data['backoff_cap_seconds'])}, retention "
+                     f"{duration(data['retention_seconds'])}")
     return 0
 
 
 def cmd_kinds_list(args: argparse.Namespace) -> int:
     from reminders import db
+    from reminders.cli_format import duration, table
 
     with _conn() as conn:
         rows = [_kind_json(r) for r in db.fetch_all(conn, "kinds_list")]
-    emit(args, rows, "\n".join(f"{r['name']}: {r}" for r in rows))
+    emit(args, rows, table(
+        ["kind", "stale after", "max attempts", "redrive budget", "backoff", "retention"],
+        [(r["name"], duration(r["stale_after_seconds"]), r["max_attempts"],
+          r["redrive_budget"],
+          f"{duration(r['backoff_base_seconds'])}..{duration(r['backoff_cap_seconds'])}",
+          duration(r["retention_seconds"])) for r in rows]))
     return 0
 
 
@@ -1013,7 +1035,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Deliveries matching every filter given, by due time, a "
                                    "page at a time; e.g. `reminders list --state dead "
                                    "--tenant acme --due-from 2027-03-01T00:00Z`.")
-    p.add_argument("--state", choices=list(STATES_FOR_CLI), help="e.g. unknown, dead")
+    p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
     p.add_argument("--tenant")
     p.add_argument("--kind")
     p.add_argument("--channel", choices=["webhook", "email", "sms"])
