@@ -29,8 +29,20 @@ STATES_FOR_CLI = ("scheduled", "leased", "retrying", "sent", "failed", "suppress
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"reminders: error: {message} (see --help)\n")
+        sys.stderr.write(f"reminders: error: {message}{_did_you_mean(message)} (see --help)\n")
         raise SystemExit(2)
+
+
+def _did_you_mean(message: str) -> str:
+    """For a mistyped command or choice: the closest valid one, if any is close."""
+    import difflib
+
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not found:
+        return ""
+    choices = re.findall(r"'?([\w.-]+)'?", found.group(2))
+    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 EXIT_OK = 0
@@ -222,7 +234,7 @@ WORK_EXIT_STATUSES = (
     "exit status: 0 the queues emptied and no record failed; 1 the queues did not empty within "
     "the bounds; 4 some records failed or an invocation raised (a partial failure: the counts "
     "and the first error go to stderr, and the failed records are retried, dead-lettered or "
-    "parked as in Lambda); 2 a bad argument.")
+    "parked as in Lambda); 2 a bad argument; 5 the database or AWS unreachable.")
 
 
 def cmd_work(args: argparse.Namespace) -> int:
@@ -798,9 +810,78 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+_BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
+
+
+def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
+    """Every parked delivery of a state in a tenant or kind (and a due range), at most
+    --limit of them; --dry-run lists them and changes nothing. Each is recorded as an operator
+    event with the reason and who ran it."""
+    import getpass
+
+    from reminders import operator
+    from reminders.cli_format import table
+
+    if args.state not in _BULK_STATES:
+        raise InvalidInput("without a KEY, reconcile needs --state (one of "
+                           f"{', '.join(_BULK_STATES)}) and --tenant or --kind")
+    if not (args.tenant or args.kind):
+        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
+    if not args.reason.strip():
+        raise InvalidInput("--reason: say what you checked")
+    due_from = _instant(args.due_from, "--due-from") if args.due_from else None
+    due_to = _instant(args.due_to, "--due-to") if args.due_to else None
+    try:
+        who = getpass.getuser()
+    except (OSError, KeyError):
+        who = "unknown"
+    now = _now()
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    with _conn() as conn:
+        rows, more = operator.deliveries(conn, limit=args.limit, state=args.state,
+                                         tenant=args.tenant, kind=args.kind,
+                                         due_from=due_from, due_to=due_to)
+        for row in rows:
+            if args.dry_run:
+                done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                             "state": row["state"], "reason": row["reason"]})
+                continue
+            try:
+                done.append(operator.reconcile(
+                    conn, key=row["delivery_key"], tenant=row["tenant"], target=args.as_,
+                    reason=f"{args.reason.strip()} (bulk, by {who})", now=now))
+            except RemindersError as exc:
+                failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                               "error": str(exc)})
+    data = {"dry_run": args.dry_run, "as": args.as_, "matched": len(rows), "more": more,
+            "reconciled": [] if args.dry_run else done,
+            "would_reconcile": done if args.dry_run else [], "failed": failed}
+    verb = "would reconcile" if args.dry_run else "reconciled"
+    text = f"{verb} {len(done)} {args.state} deliveries as {args.as_}" + (
+        f"; {len(failed)} refused" if failed else "") + (
+        f"; more match than --limit {args.limit}" if more else "")
+    if done:
+        text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
+            (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
+    for f in failed:
+        text += f"\nrefused: {f['delivery_key']}: {f['error']}"
+    emit(args, data, text)
+    if failed:
+        sys.stderr.write(f"reminders: reconcile: partial failure: {len(failed)} of {len(rows)} "
+                         "refused\n")
+        return EXIT_PARTIAL_FAILURE
+    return 0
+
+
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reminders import operator
 
+    if args.key is None:
+        return cmd_reconcile_bulk(args)
+    if args.dry_run or args.state or args.kind or args.due_from or args.due_to:
+        raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
+                           "reconciling many deliveries: give them instead of a KEY")
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         data = operator.reconcile(conn, key=args.key, tenant=tenant, target=args.as_,
@@ -898,7 +979,10 @@ def _recurrence_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reminders", description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="store_true",
+                        help="print the versions (as `reminders version`) and exit")
+    parser.epilog = EXIT_STATUSES
+    sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
     p = sub.add_parser("migrate", help="apply database migrations")
     _json_flag(p)
@@ -1048,9 +1132,21 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("reconcile", help="settle a parked delivery after checking the receiver")
-    p.add_argument("key", help="delivery key")
+    p = sub.add_parser(
+        "reconcile", help="settle parked deliveries after checking the receiver",
+        description="Settle one delivery by KEY, or many: every delivery of --state in a "
+                    "--tenant or --kind (and a due range), at most --limit; --dry-run lists "
+                    "them first. E.g. `reminders reconcile --state dead --tenant acme --as "
+                    "retry --reason 'endpoint fixed' --dry-run`.")
+    p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
     p.add_argument("--tenant")
+    p.add_argument("--state", help=f"bulk: one of {', '.join(_BULK_STATES)}")
+    p.add_argument("--kind", help="bulk: only this kind")
+    p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
+    p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
+    p.add_argument("--limit", type=_count("--limit"), default=100,
+                   help="bulk: at most this many (default 100)")
+    p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
     p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"])
     p.add_argument("--reason", required=True, help="what you checked")
     _json_flag(p)
@@ -1162,7 +1258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", os.environ["LOG_LEVEL"])
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(_join_negative_values(raw))
+    parser = build_parser()
+    args = parser.parse_args(_join_negative_values(raw))
+    if args.version and args.command is None:
+        args.func, args.json = cmd_version, False
+    elif args.command is None:
+        parser.error("give a command, e.g. `reminders status`")
     try:
         code: int = args.func(args)
         sys.stdout.flush()

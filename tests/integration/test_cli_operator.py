@@ -365,3 +365,44 @@ def test_a_schedule_has_a_text_form(cli: Cli) -> None:
     assert lines[1].split() == ["RECIPIENT", "DUE", "STATE", "DELIVERY", "KEY"]
     again = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1")
     assert again.out.splitlines()[0] == "schedule k1 (tenant acme): already existed, unchanged"
+
+
+def test_bulk_reconcile_with_a_dry_run_a_limit_and_a_recorded_reason(
+        cli: Cli, conn: db.Connection) -> None:
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com,c@example.com", "--json").json()
+    cli("schedule", "--tenant", "beta", "--recipient", "d@example.com", "--channel", "email",
+        "--at", DUE, "--json").json()
+    conn.execute("update deliveries set state = 'dead', reason = 'retry budget spent'")
+    bulk = ("reconcile", "--state", "dead", "--tenant", "acme", "--as", "retry", "--reason",
+            "SES identity fixed")
+
+    error(cli("reconcile", "--state", "dead", "--as", "retry", "--reason", "x"), 2,
+          "without a KEY, reconcile needs --tenant or --kind to bound it")
+    dry = cli(*bulk, "--dry-run", "--limit", "2", "--json").json()
+    assert (dry["dry_run"], dry["matched"], dry["more"], dry["reconciled"]) == (
+        True, 2, True, [])
+    assert [d["state"] for d in dry["would_reconcile"]] == ["dead", "dead"]
+    assert conn.execute("select count(*) as n from deliveries where state = 'dead'"
+                        ).fetchone() == {"n": 4}
+
+    done = cli(*bulk, "--json").json()
+    assert (done["matched"], done["more"], done["failed"]) == (3, False, [])
+    assert {d["state"] for d in done["reconciled"]} == {"scheduled"}
+    states = conn.execute("select tenant, state from deliveries order by id").fetchall()
+    assert [r["state"] for r in states] == ["scheduled", "scheduled", "scheduled", "dead"]
+    key = done["reconciled"][0]["delivery_key"]
+    events = cli("show", key, "--json").json()["events"]
+    assert events[-1]["actor"] == "operator" and events[-1]["event"] == "reconciled as retry"
+    assert events[-1]["detail"].startswith("SES identity fixed (bulk, by ")
+    assert "reconciled as retry" in cli("show", key).out
+    again = cli(*bulk)
+    assert (again.code, again.out) == (0, "reconciled 0 dead deliveries as retry\n")
+
+
+def test_a_mistyped_command_gets_a_suggestion_and_version_is_a_flag(cli: Cli) -> None:
+    got = cli("stauts")
+    assert (got.code, got.out) == (2, "")
+    assert got.err.rstrip().endswith("; did you mean 'status'? (see --help)")
+    version = cli("--version")
+    assert (version.code, version.err) == (0, "")
+    assert version.out.startswith("reminders ")
