@@ -732,6 +732,24 @@ def cmd_tenants_list(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is None:
+        return _status_once(args)
+    import time
+
+    shown = 0
+    code = 0
+    while args.times is None or shown < args.times:
+        if shown:
+            time.sleep(args.watch)
+        if not args.json and sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[2J")
+        code = _status_once(args)
+        sys.stdout.flush()
+        shown += 1
+    return code
+
+
+def _status_once(args: argparse.Namespace) -> int:
     from reminders import operator
 
     with _conn() as conn:
@@ -1104,8 +1122,16 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=cmd_opt_outs_list)
 
-    p = sub.add_parser("status", help="counts by state and channel, oldest overdue, leases")
+    p = sub.add_parser("status", help="counts by state and channel, oldest overdue, leases",
+                       description="What Postgres knows (counts by state and channel, "
+                                   "lateness by tenant, kind and channel, paused tenants, "
+                                   "expired leases) and, beside it, the queues' counts. "
+                                   "E.g. `reminders status --tenant acme --watch 5`.")
     p.add_argument("--tenant")
+    p.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                   help="refresh every SECONDS until interrupted")
+    p.add_argument("--times", type=_count("--times", 1, 1_000_000),
+                   help="with --watch: stop after this many refreshes")
     _json_flag(p)
     p.set_defaults(func=cmd_status)
 

@@ -27,8 +27,12 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
 
     paused = [r["tenant"] for r in db.fetch_all(conn, "tenants_paused")
               if tenant is None or r["tenant"] == tenant]
+    overdue_by = [{"tenant": r["tenant"], "kind": r["kind"], "channel": r["channel"],
+                   "overdue": int(r["n"]),
+                   "oldest_overdue_seconds": round(float(r["seconds"] or 0.0), 3)}
+                  for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
-            "paused_tenants": paused,
+            "paused_tenants": paused, "overdue_by": overdue_by,
             "total": sum(by_state.values()),
             "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
             "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version(),
@@ -48,6 +52,13 @@ def status_text(data: dict[str, Any]) -> str:
             f"expired leases: {data['expired_leases']}")
     if data.get("paused_tenants"):
         text += f"\npaused tenants: {', '.join(data['paused_tenants'])}"
+    if data.get("overdue_by"):
+        from reminders.cli_format import table
+
+        text += "\noverdue by tenant, kind and channel:\n" + table(
+            ["tenant", "kind", "channel", "overdue", "oldest"],
+            [(r["tenant"], r["kind"], r["channel"], r["overdue"],
+              duration(r["oldest_overdue_seconds"])) for r in data["overdue_by"]])
     removed = data.get("retention_removed")
     if removed and removed["deliveries_in_all"]:
         week = removed["last_7_days"]

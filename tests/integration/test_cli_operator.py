@@ -406,3 +406,22 @@ def test_a_mistyped_command_gets_a_suggestion_and_version_is_a_flag(cli: Cli) ->
     version = cli("--version")
     assert (version.code, version.err) == (0, "")
     assert version.out.startswith("reminders ")
+
+
+def test_status_splits_lateness_and_watches(cli: Cli) -> None:
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com", "--json").json()
+    cli("kinds", "set", "trip", "--json").json()
+    cli("schedule", "--tenant", "beta", "--recipient", "d@example.com", "--channel", "email",
+        "--kind", "trip", "--at", "2027-03-01T09:08:00Z", "--json").json()
+    later = "2027-03-01T10:30:00Z"
+    got = cli("status", "--json", now=later).json()
+    assert got["overdue_by"] == [
+        {"tenant": "acme", "kind": "default", "channel": "email", "overdue": 2,
+         "oldest_overdue_seconds": 5100.0},
+        {"tenant": "beta", "kind": "trip", "channel": "email", "overdue": 1,
+         "oldest_overdue_seconds": 4920.0}]
+    text = cli("status", now=later).out
+    assert "oldest overdue: 1h25m;" in text
+    assert "acme    default  email    2        1h25m" in text
+    watched = cli("status", "--watch", "0.1", "--times", "2", "--json", now=later)
+    assert watched.code == 0 and watched.out.count('"by_state"') == 2

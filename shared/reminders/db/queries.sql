@@ -670,3 +670,14 @@ where (%(state)s::text is null or d.state = %(state)s)
   and (%(after_due)s::timestamptz is null or (d.due_at, d.id) > (%(after_due)s, %(after_id)s))
 order by d.due_at, d.id
 limit %(limit)s;
+
+-- name: status_overdue_by
+-- Lateness split by tenant, kind and channel: the pending rows already due, worst first.
+select d.tenant, s.kind, d.channel, count(*) as n,
+       extract(epoch from %(now)s - min(d.due_at))::float8 as seconds
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.state in ('scheduled', 'retrying', 'leased') and d.due_at <= %(now)s
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+group by d.tenant, s.kind, d.channel
+order by seconds desc, d.tenant, s.kind, d.channel
+limit 50;
