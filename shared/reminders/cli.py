@@ -147,9 +147,37 @@ def environment() -> dict[str, str]:
         from reminders.local import stack
 
         running = stack.load()
+        if running is None:
+            running = _partly_running_stack()
         if running is not None:
             env = {**running.env(), **env}
     return env
+
+
+_warned_about_stack = False
+
+
+def _partly_running_stack() -> Any:
+    """A recorded local stack with a part that exited: still its settings (Postgres may be
+    fine), and one line saying which part is down, rather than "no database configured"."""
+    global _warned_about_stack
+    from reminders.local import stack
+
+    state = stack.home() / "local.json"
+    if not state.exists():
+        return None
+    try:
+        recorded = stack.LocalStack(**json.loads(state.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    dead = [f"{name} (pid {pid})" for name, pid in recorded.pids.items()
+            if not stack._alive(pid)]  # the stack's own liveness test
+    if dead and not _warned_about_stack:
+        _warned_about_stack = True
+        sys.stderr.write(f"reminders: warning: the local stack's {', '.join(dead)} "
+                         f"{'is' if len(dead) == 1 else 'are'} not running; "
+                         "`reminders local up` restarts it\n")
+    return recorded
 
 
 def _settings() -> Any:
@@ -363,6 +391,27 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
         row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": url,
                                                   "secret": secret})
     emit(args, row, f"endpoint registered: {url}")
+    return 0
+
+
+def cmd_endpoints_change(args: argparse.Namespace) -> int:
+    """``remove`` or ``rotate-secret``: one endpoint, by URL and tenant (none: the shared one).
+    Deliveries already scheduled to a removed URL fail when they come due (no endpoint)."""
+    from reminders import db
+    from reminders.channels.signing import validate_secret
+
+    params: dict[str, Any] = {"url": args.url, "tenant": args.tenant}
+    if args.action == "rotate-secret":
+        params["secret"] = _secret(args)
+        validate_secret(params["secret"])
+    name = "endpoint_remove" if args.action == "remove" else "endpoint_rotate_secret"
+    with _conn() as conn, db.transaction(conn):
+        row = db.fetch_one(conn, name, params)
+    if row is None:
+        whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
+        raise NotFound(f"no endpoint {args.url} registered for {whose}")
+    emit(args, {**row, "action": args.action},
+         f"endpoint {'removed' if args.action == 'remove' else 'secret rotated'}: {args.url}")
     return 0
 
 
@@ -1039,6 +1088,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="only this tenant may use it (default: any)")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_add)
+    p = ep_sub.add_parser("remove", help="remove an endpoint, e.g. `endpoints remove URL`")
+    p.add_argument("url")
+    p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_change)
+    p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
+                                                "`endpoints rotate-secret URL --secret-file -`")
+    p.add_argument("url")
+    p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
+    p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
+    p.add_argument("--secret", help="whsec_... on the command line (local stacks only)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_change)
     p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)")
     p.add_argument("--tenant", help="endpoints this tenant may use")
     _json_flag(p)

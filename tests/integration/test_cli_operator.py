@@ -425,3 +425,40 @@ def test_status_splits_lateness_and_watches(cli: Cli) -> None:
     assert "acme    default  email    2        1h25m" in text
     watched = cli("status", "--watch", "0.1", "--times", "2", "--json", now=later)
     assert watched.code == 0 and watched.out.count('"by_state"') == 2
+
+
+def test_a_dead_part_of_the_local_stack_is_named_not_no_database(
+        database_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    dead = f"http://127.0.0.1:{stack.free_port()}"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    pid = int(finished.stdout)  # a process that has exited
+    recorded = stack.LocalStack(
+        database_url=database_url, endpoint_url=dead, region="us-east-1",
+        queues={q: f"{dead}/000000000000/{q}" for q in ("deliveries", "dlq", "parking")},
+        receiver_url="http://127.0.0.1:1", receiver_secret=new_secret(), pgdata=str(tmp_path),
+        pids={"moto": pid})
+    (home / "local.json").write_text(json.dumps(recorded.as_json()))
+    got = Cli(base_env(tmp_path))("status", "--json", AWS_MAX_ATTEMPTS="1")
+    assert got.code == 4  # Postgres answered; the queues did not
+    assert json.loads(got.out)["total"] == 0
+    lines = got.err.splitlines()
+    assert lines[0] == (f"reminders: warning: the local stack's moto (pid {pid}) is not "
+                        "running; `reminders local up` restarts it")
+    assert lines[1].startswith("reminders: status: queues unreachable: AWS: ")
+
+
+def test_an_endpoint_is_rotated_and_removed(cli: Cli, conn: db.Connection) -> None:
+    url = "https://hooks.example.com/r"
+    cli("endpoints", "add", url, "--secret", new_secret(), "--json").json()
+    fresh = new_secret()
+    rotated = cli("endpoints", "rotate-secret", url, "--secret-env", "S", "--json", S=fresh).json()
+    assert rotated["url"] == url and rotated["action"] == "rotate-secret"
+    assert conn.execute("select secret from endpoints").fetchone() == {"secret": fresh}
+    error(cli("endpoints", "remove", url, "--tenant", "acme"), 3,
+          f"no endpoint {url} registered for tenant acme")
+    gone = cli("endpoints", "remove", url)
+    assert (gone.code, gone.out, gone.err) == (0, f"endpoint removed: {url}\n", "")
+    assert cli("endpoints", "list").out == "no endpoints\n"

@@ -681,3 +681,12 @@ where d.state in ('scheduled', 'retrying', 'leased') and d.due_at <= %(now)s
 group by d.tenant, s.kind, d.channel
 order by seconds desc, d.tenant, s.kind, d.channel
 limit 50;
+
+-- name: endpoint_remove
+delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+returning id, tenant, url;
+
+-- name: endpoint_rotate_secret
+update endpoints set secret = %(secret)s
+where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+returning id, tenant, url;
