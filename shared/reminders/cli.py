@@ -975,6 +975,44 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def completion_script(parser: argparse.ArgumentParser) -> str:
+    """A bash completion for every command, subcommand and option, built from the parser."""
+    words: dict[str, list[str]] = {}
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        options = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+        subs: list[str] = []
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    subs.append(name)
+                    walk(child, f"{path} {name}".strip())
+        words[path] = subs + options
+
+    walk(parser, "")
+    cases = "\n".join(f'        "{path}") opts="{" ".join(w)}" ;;' for path, w in words.items())
+    return f"""# bash completion for reminders: eval "$(reminders completion bash)"
+_reminders() {{
+    local cur path w opts
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    path=""
+    for w in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
+        case "$w" in -*) ;; *) [[ -n "$path" ]] && path="$path $w" || path="$w" ;; esac
+    done
+    case "$path" in
+{cases}
+        *) opts="" ;;
+    esac
+    COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
+}}
+complete -F _reminders reminders"""
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(completion_script(build_parser()))
+    return 0
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     from reminders import __version__
     from reminders.timezones import tzdata_version
@@ -1123,34 +1161,46 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
-    p = sub.add_parser("schedule", help="schedule a reminder")
-    p.add_argument("--tenant", required=True)
-    p.add_argument("--recipient")
-    p.add_argument("--recipients", help="comma-separated")
-    p.add_argument("--recipients-file", help="one recipient per line")
+    p = sub.add_parser("schedule", help="schedule a reminder",
+                       description="Schedule one reminder for one or many recipients, once "
+                                   "(--at) or recurring (--rrule, --tz, --start). E.g. "
+                                   "`reminders schedule --tenant acme --recipient "
+                                   "alice@example.com --channel email --at "
+                                   "2027-03-01T09:00:00+01:00 --key invoice-42`.")
+    p.add_argument("--tenant", required=True, help="the application's tenant, e.g. acme")
+    p.add_argument("--recipient", help="one recipient, e.g. alice@example.com")
+    p.add_argument("--recipients", help="comma-separated, e.g. a@example.com,b@example.com")
+    p.add_argument("--recipients-file", help="one recipient per line; # starts a comment")
     p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
-    p.add_argument("--to", help="webhook URL, or the address for a single recipient")
-    p.add_argument("--at", help="ISO-8601 instant with offset")
+    p.add_argument("--to", help="webhook URL (registered with `endpoints add`), or the "
+                                "address for a single recipient")
+    p.add_argument("--at", help="ISO-8601 instant with offset, e.g. 2027-03-01T09:00:00Z")
     _recurrence_flags(p)
-    p.add_argument("--kind", default="default")
+    p.add_argument("--kind", default="default", help="a kind from `kinds list` (default: "
+                                                     "default)")
     p.add_argument("--key", help="idempotency key: retrying with it creates nothing new")
-    p.add_argument("--revision", default="1")
-    p.add_argument("--payload", help="JSON object")
+    p.add_argument("--revision", default="1", help="content revision (default 1)")
+    p.add_argument("--payload", help='JSON object, e.g. \'{"invoice": 42}\'')
     _json_flag(p)
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser("reschedule", help="new time, rule or revision")
+    p = sub.add_parser("reschedule", help="new time, rule or revision",
+                       description="Move a schedule; repeating the same request changes "
+                                   "nothing. E.g. `reminders reschedule invoice-42 --at "
+                                   "2027-03-02T09:00:00Z`.")
     p.add_argument("key", help="schedule key or delivery key")
-    p.add_argument("--tenant")
-    p.add_argument("--at")
-    p.add_argument("--revision")
+    p.add_argument("--tenant", help="needed only when the key exists for several tenants")
+    p.add_argument("--at", help="new ISO-8601 instant with offset (one-off schedules)")
+    p.add_argument("--revision", help="new content revision")
     _recurrence_flags(p)
     _json_flag(p)
     p.set_defaults(func=cmd_reschedule)
 
-    p = sub.add_parser("cancel", help="cancel a schedule")
+    p = sub.add_parser("cancel", help="cancel a schedule and its pending deliveries",
+                       description="E.g. `reminders cancel invoice-42`; cancelling again "
+                                   "changes nothing.")
     p.add_argument("key", help="schedule key or delivery key")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="needed only when the key exists for several tenants")
     _json_flag(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -1251,6 +1301,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", help="ISO-8601 instant; default: from the start")
     _json_flag(p)
     p.set_defaults(func=cmd_preview)
+
+    p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
+                                          "bash)\"")
+    p.add_argument("shell", choices=["bash"])
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("version", help="versions, including the time-zone data")
     _json_flag(p)
