@@ -233,7 +233,8 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
-        k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver: {running.receiver_url}")
+        k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver secret: {running.receiver_secret}"
+        f"\n  webhook receiver: {running.receiver_url}")
     return 0
 
 
