@@ -756,6 +756,7 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     from reminders import db, schedules
 
     paused = args.action == "pause"
+    schedules.validate_tenant(args.tenant)
     with _conn() as conn:
         row = db.fetch_one(conn, "tenant_get", {"tenant": args.tenant})
         if row is None and not args.create:
