@@ -1084,6 +1084,9 @@ def _recurrence_flags(p: argparse.ArgumentParser) -> None:
                    help="DST overlap policy (default first)")
 
 
+_TENANT_HELP = "only this tenant, e.g. acme (with a key: needed only if several tenants use it)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reminders", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true",
@@ -1149,17 +1152,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     kinds = sub.add_parser("kinds", help="kinds of reminder and their policies")
     k_sub = kinds.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    p = k_sub.add_parser("set", help="create or change a kind")
-    p.add_argument("name")
+    p = k_sub.add_parser("set", help="create or change a kind, e.g. `kinds set trip "
+                                     "--stale-after 3h --max-attempts 5`")
+    p.add_argument("name", help="a-z 0-9 _ . -, e.g. trip")
     p.add_argument("--stale-after", help="e.g. 3h; 'none' for never")
-    p.add_argument("--max-attempts", type=int)
-    p.add_argument("--redrive-budget", type=int)
-    p.add_argument("--backoff-base")
-    p.add_argument("--backoff-cap")
+    p.add_argument("--max-attempts", type=int, help="sends per delivery, 1 to 100 (default 8)")
+    p.add_argument("--redrive-budget", type=int,
+                   help="dead-letter replays per delivery, 0 to 100 (default 3)")
+    p.add_argument("--backoff-base", help="first retry delay, e.g. 30s")
+    p.add_argument("--backoff-cap", help="longest retry delay, e.g. 1h")
     p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
-    p = k_sub.add_parser("list")
+    p = k_sub.add_parser("list", help="kinds and their policies")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
@@ -1207,9 +1212,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cancel)
 
     for name in ("opt-out", "opt-in"):
-        p = sub.add_parser(name, help=f"{name} a recipient on a channel")
-        p.add_argument("--tenant", required=True)
-        p.add_argument("--recipient", required=True)
+        p = sub.add_parser(name, help=f"{name} a recipient on a channel, e.g. `{name} "
+                                      "--tenant acme --recipient bob@example.com --channel "
+                                      "email`")
+        p.add_argument("--tenant", required=True, help="e.g. acme")
+        p.add_argument("--recipient", required=True, help="as scheduled, e.g. bob@example.com")
         p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
@@ -1230,7 +1237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("opt-outs", help="recipients who opted out")
     o_sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = o_sub.add_parser("list", help="e.g. `opt-outs list --tenant acme --channel email`")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--channel", choices=["webhook", "email", "sms"])
     p.add_argument("--recipient")
     p.add_argument("--limit", type=_count("--limit"), default=1000)
@@ -1242,7 +1249,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "lateness by tenant, kind and channel, paused tenants, "
                                    "expired leases) and, beside it, the queues' counts. "
                                    "E.g. `reminders status --tenant acme --watch 5`.")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--watch", type=_seconds, metavar="SECONDS",
                    help="refresh every SECONDS until interrupted")
     p.add_argument("--times", type=_count("--times", 1, 1_000_000),
@@ -1252,7 +1259,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", help="a delivery (or a schedule's deliveries) with attempts")
     p.add_argument("key", help="delivery key or schedule key")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help=_TENANT_HELP)
     _json_flag(p)
     p.set_defaults(func=cmd_show)
 
@@ -1261,10 +1268,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "page at a time; e.g. `reminders list --state dead "
                                    "--tenant acme --due-from 2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
-    p.add_argument("--tenant")
-    p.add_argument("--kind")
-    p.add_argument("--channel", choices=["webhook", "email", "sms"])
-    p.add_argument("--recipient")
+    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
+    p.add_argument("--kind", help="only this kind's, e.g. trip")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
+    p.add_argument("--recipient", help="only this recipient's, e.g. alice@example.com")
     p.add_argument("--due-from", help="ISO-8601 instant: due at or after it")
     p.add_argument("--due-to", help="ISO-8601 instant: due before it")
     p.add_argument("--after", help="continue after the cursor a previous page printed")
@@ -1280,7 +1287,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "them first. E.g. `reminders reconcile --state dead --tenant acme --as "
                     "retry --reason 'endpoint fixed' --dry-run`.")
     p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(_BULK_STATES)}")
     p.add_argument("--kind", help="bulk: only this kind")
     p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
