@@ -49,3 +49,20 @@ def test_a_negative_value_is_handed_to_its_flag() -> None:
     assert cli._join_negative_values(["kinds", "set", "x", "--stale-after", "-3h", "--json"]) == [
         "kinds", "set", "x", "--stale-after=-3h", "--json"]
     assert cli._join_negative_values(["list", "--state", "dead"]) == ["list", "--state", "dead"]
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import argparse
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {action.option_strings or action.dest}")
+
+    walk(cli.build_parser(), "reminders")
+    assert missing == []
