@@ -1132,13 +1132,13 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_add)
     p = ep_sub.add_parser("remove", help="remove an endpoint, e.g. `endpoints remove URL`")
-    p.add_argument("url")
+    p.add_argument("url", help="the URL as registered")
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
     p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
                                                 "`endpoints rotate-secret URL --secret-file -`")
-    p.add_argument("url")
+    p.add_argument("url", help="the URL as registered")
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
     p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
     p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
@@ -1178,7 +1178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipient", help="one recipient, e.g. alice@example.com")
     p.add_argument("--recipients", help="comma-separated, e.g. a@example.com,b@example.com")
     p.add_argument("--recipients-file", help="one recipient per line; # starts a comment")
-    p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
+    p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"],
+                   help="how it is delivered")
     p.add_argument("--to", help="webhook URL (registered with `endpoints add`), or the "
                                 "address for a single recipient")
     p.add_argument("--at", help="ISO-8601 instant with offset, e.g. 2027-03-01T09:00:00Z")
@@ -1217,7 +1218,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "email`")
         p.add_argument("--tenant", required=True, help="e.g. acme")
         p.add_argument("--recipient", required=True, help="as scheduled, e.g. bob@example.com")
-        p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
+        p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"],
+                       help="the channel to stop or resume")
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
 
@@ -1225,7 +1227,7 @@ def build_parser() -> argparse.ArgumentParser:
     t_sub = tenants.add_subparsers(dest="action", required=True, parser_class=_Parser)
     for action in ("pause", "resume"):
         p = t_sub.add_parser(action, help=f"{action} a tenant, e.g. `tenants {action} acme`")
-        p.add_argument("tenant")
+        p.add_argument("tenant", help="e.g. acme")
         p.add_argument("--create", action="store_true",
                        help="also for a tenant that has never scheduled anything")
         _json_flag(p)
@@ -1238,9 +1240,10 @@ def build_parser() -> argparse.ArgumentParser:
     o_sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = o_sub.add_parser("list", help="e.g. `opt-outs list --tenant acme --channel email`")
     p.add_argument("--tenant", help=_TENANT_HELP)
-    p.add_argument("--channel", choices=["webhook", "email", "sms"])
-    p.add_argument("--recipient")
-    p.add_argument("--limit", type=_count("--limit"), default=1000)
+    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel")
+    p.add_argument("--recipient", help="only this recipient")
+    p.add_argument("--limit", type=_count("--limit"), default=1000,
+                   help="at most this many, 1 to 10000 (default 1000)")
     _json_flag(p)
     p.set_defaults(func=cmd_opt_outs_list)
 
@@ -1295,17 +1298,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count("--limit"), default=100,
                    help="bulk: at most this many (default 100)")
     p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
-    p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"])
+    p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"],
+                   help="sent (it arrived), failed/dead (give up), retry (due again, same key)")
     p.add_argument("--reason", required=True, help="what you checked")
     _json_flag(p)
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("preview", help="the next due instants of a rule")
-    p.add_argument("--rrule", required=True)
-    p.add_argument("--tz", required=True)
-    p.add_argument("--start", required=True)
-    p.add_argument("--gap", choices=["shift", "skip"], default="shift")
-    p.add_argument("--overlap", choices=["first", "later"], default="first")
+    p.add_argument("--rrule", required=True, help="RFC 5545 rule, e.g. FREQ=WEEKLY;BYDAY=MO")
+    p.add_argument("--tz", required=True, help="IANA time zone, e.g. Europe/Berlin")
+    p.add_argument("--start", required=True, help="local start, e.g. 2027-01-04T09:00")
+    p.add_argument("--gap", choices=["shift", "skip"], default="shift",
+                   help="DST gap policy (default shift)")
+    p.add_argument("--overlap", choices=["first", "later"], default="first",
+                   help="DST overlap policy (default first)")
     p.add_argument("--count", type=int, default=10, help="0 to 1000 (default 10)")
     p.add_argument("--after", help="ISO-8601 instant; default: from the start")
     _json_flag(p)
@@ -1313,7 +1319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
                                           "bash)\"")
-    p.add_argument("shell", choices=["bash"])
+    p.add_argument("shell", choices=["bash"], help="the shell (bash)")
     p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("version", help="versions, including the time-zone data")
