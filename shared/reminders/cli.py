@@ -715,11 +715,24 @@ def cmd_reschedule(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from reminders import db, schedules
+    from reminders.clock import iso
 
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         key = _schedule_key(conn, args.key, tenant)
         current = db.fetch_one(conn, "schedule_get", {"tenant": tenant, "schedule_key": key})
+        if args.dry_run:
+            pending = [r for r in db.fetch_all(conn, "deliveries_of_schedule",
+                                               {"key": key, "tenant": tenant})
+                       if r["state"] in ("scheduled", "retrying", "leased")]
+            cancelled = current is not None and current["state"] == "cancelled"
+            emit(args, {"tenant": tenant, "schedule_key": key, "dry_run": True,
+                        "would_suppress": [r["delivery_key"] for r in pending]},
+                 f"{key} is already cancelled" if cancelled else
+                 f"cancelling {key} would suppress {len(pending)} pending deliveries" + "".join(
+                     f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
+                     for r in pending))
+            return 0
         if current is not None and current["state"] == "cancelled":
             n, changed = 0, False
         else:
@@ -1209,6 +1222,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "changes nothing.")
     p.add_argument("key", help="schedule key or delivery key")
     p.add_argument("--tenant", help="needed only when the key exists for several tenants")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the pending deliveries it would suppress; change nothing")
     _json_flag(p)
     p.set_defaults(func=cmd_cancel)
 

@@ -472,3 +472,16 @@ def test_bash_completion_knows_every_command(tmp_path: Path) -> None:
              "_reminders; echo \"${COMPREPLY[@]}\"")
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
     assert out.stdout.splitlines() == ["pause resume list --help", "--state"]
+
+
+def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connection) -> None:
+    made = cli(*EMAIL, "--recipients", "a@example.com,b@example.com", "--key", "k1",
+               "--json").json()
+    dry = cli("cancel", "k1", "--dry-run", "--json").json()
+    assert dry == {"tenant": "acme", "schedule_key": "k1", "dry_run": True,
+                   "would_suppress": [d["delivery_key"] for d in made["deliveries"]]}
+    text = cli("cancel", "k1", "--dry-run").out.splitlines()
+    assert text[0] == "cancelling k1 would suppress 2 pending deliveries"
+    assert conn.execute("select count(*) as n from deliveries where state = 'scheduled'"
+                        ).fetchone() == {"n": 2}
+    assert cli("cancel", "k1", "--json").json()["suppressed"] == 2
