@@ -99,9 +99,15 @@ def _instant(text: str, flag: str) -> Any:
     from reminders.clock import parse_instant
 
     try:
-        return parse_instant(text, flag).astimezone(UTC)
+        value = parse_instant(text, flag).astimezone(UTC)
     except OverflowError:
         raise InvalidInput(f"{flag}: out of range: {text!r}") from None
+    if value.year >= _LAST_YEAR:  # room for any duration (at most 3650 days) to be added
+        raise InvalidInput(f"{flag}: out of range: {text!r} (before {_LAST_YEAR}, please)")
+    return value
+
+
+_LAST_YEAR = 9980
 
 
 def _count(flag: str, low: int = 1, high: int = 10_000) -> Callable[[str], int]:
@@ -973,11 +979,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from reminders.clock import parse_instant
     from reminders.recurrence import preview
 
     rec = _parse_recurrence(args.rrule, args.tz, args.start, args.gap, args.overlap)
-    after = parse_instant(args.after, "--after") if args.after else None
+    after = _instant(args.after, "--after") if args.after else None
     try:
         if after is None:
             first = rec.first()
