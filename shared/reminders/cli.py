@@ -103,7 +103,8 @@ def _instant(text: str, flag: str) -> Any:
     except OverflowError:
         raise InvalidInput(f"{flag}: out of range: {text!r}") from None
     if value.year >= _LAST_YEAR:  # room for any duration (at most 3650 days) to be added
-        raise InvalidInput(f"{flag}: out of range: {text!r} (before {_LAST_YEAR}, please)")
+        raise InvalidInput(f"{flag}: out of range: {text!r} "
+                           f"(the latest year accepted is {_LAST_YEAR - 1})")
     return value
 
 

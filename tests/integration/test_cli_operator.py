@@ -46,7 +46,8 @@ def test_an_instant_past_year_9999_in_utc_is_refused(cli: Cli, conn: db.Connecti
     error(got, 2, "--at: out of range: '9999-12-31T23:59:59-05:00'")
     nothing_written(conn)
     got = cli(*EMAIL[:-2], "--recipient", "a@example.com", "--at", "9999-12-31T22:00:00Z")
-    error(got, 2, "--at: out of range: '9999-12-31T22:00:00Z' (before 9980, please)")
+    error(got, 2, "--at: out of range: '9999-12-31T22:00:00Z' (the latest year accepted is "
+                  "9979)")
     nothing_written(conn)
 
 
