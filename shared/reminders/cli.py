@@ -2,8 +2,9 @@
 
 Every command reads its settings from the environment; when ``DATABASE_URL`` is unset and a
 local stack runs (``reminders local up``), it points at that stack. ``REMINDERS_NOW`` fixes the
-clock. A bad argument exits with status 2 and one line on stderr; ``work`` exits 4 when
-some records failed or an invocation raised.
+clock. Every failure is one line on stderr and an exit status scripts can rely on (see
+``EXIT_STATUSES``): 0 success, 1 not done within bounds, 2 bad input or usage, 3 not found,
+4 partial failure, 5 the database or AWS unreachable, 6 a conflict worth retrying.
 """
 
 from __future__ import annotations
@@ -18,20 +19,52 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from reminders.errors import InvalidInput, RemindersError
+from reminders.errors import InvalidInput, NotFound, RemindersError
 
 Handler = Callable[[argparse.Namespace], int]
+
+STATES_FOR_CLI = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale",
+                  "unknown", "dead")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"reminders: error: {message} (see --help)\n")
+        sys.stderr.write(f"reminders: error: {message}{_did_you_mean(message)} (see --help)\n")
         raise SystemExit(2)
+
+
+def _did_you_mean(message: str) -> str:
+    """For a mistyped command or choice: the closest valid one, if any is close."""
+    import difflib
+
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if not found:
+        return ""
+    choices = re.findall(r"'?([\w.-]+)'?", found.group(2))
+    close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+EXIT_OK = 0
+EXIT_NOT_DONE = 1  # `work`: the queues did not empty in time; `drill`: a violation found
+EXIT_USAGE = 2  # a bad argument, bad input, a missing or malformed setting
+EXIT_NOT_FOUND = 3  # the key, schedule, tenant or endpoint named does not exist
+EXIT_PARTIAL_FAILURE = 4  # `work`: some records failed; `status`: the queues did not answer
+EXIT_UNAVAILABLE = 5  # Postgres or AWS could not be reached
+EXIT_CONFLICT = 6  # another transaction held the rows; trying again can succeed
+
+EXIT_STATUSES = (
+    "exit status: 0 success; 1 not done within the bounds; 2 bad input or usage; 3 not found; "
+    "4 partial failure; 5 the database or AWS unreachable; 6 a conflict, try again.")
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str, ensure_ascii=False)
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
     if getattr(args, "json", False) or text is None:
-        print(json.dumps(data, indent=2, default=str))
+        print(_json_text(data))
     else:
         print(text)
 
@@ -59,6 +92,59 @@ def parse_duration(text: str, name: str) -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
+def _instant(text: str, flag: str) -> Any:
+    """An ISO-8601 instant with an offset, in UTC, refused (not crashed on) when out of range."""
+    from datetime import UTC
+
+    from reminders.clock import parse_instant
+
+    try:
+        value = parse_instant(text, flag).astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(f"{flag}: out of range: {text!r}") from None
+    if value.year >= _LAST_YEAR:  # room for any duration (at most 3650 days) to be added
+        raise InvalidInput(f"{flag}: out of range: {text!r} "
+                           f"(the latest year accepted is {_LAST_YEAR - 1})")
+    return value
+
+
+_LAST_YEAR = 9980
+
+
+def _count(flag: str, low: int = 1, high: int = 10_000) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    parse.__name__ = flag
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86_400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, got {text}")
+    return value
+
+
+_BAD_CHARS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a line break"}
+
+
+def _plain_text(value: str, flag: str) -> str:
+    for ch, what in _BAD_CHARS.items():
+        if ch in value:
+            raise InvalidInput(f"{flag}: contains {what}: {value[:40]!r}")
+    return value
+
+
 # ---------------------------------------------------------------- environment
 
 
@@ -68,9 +154,37 @@ def environment() -> dict[str, str]:
         from reminders.local import stack
 
         running = stack.load()
+        if running is None:
+            running = _partly_running_stack()
         if running is not None:
             env = {**running.env(), **env}
     return env
+
+
+_warned_about_stack = False
+
+
+def _partly_running_stack() -> Any:
+    """A recorded local stack with a part that exited: still its settings (Postgres may be
+    fine), and one line saying which part is down, rather than "no database configured"."""
+    global _warned_about_stack
+    from reminders.local import stack
+
+    state = stack.home() / "local.json"
+    if not state.exists():
+        return None
+    try:
+        recorded = stack.LocalStack(**json.loads(state.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    dead = [f"{name} (pid {pid})" for name, pid in recorded.pids.items()
+            if not stack._alive(pid)]  # the stack's own liveness test
+    if dead and not _warned_about_stack:
+        _warned_about_stack = True
+        sys.stderr.write(f"reminders: warning: the local stack's {', '.join(dead)} "
+                         f"{'is' if len(dead) == 1 else 'are'} not running; "
+                         "`reminders local up` restarts it\n")
+    return recorded
 
 
 def _settings() -> Any:
@@ -126,7 +240,8 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
-        k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver: {running.receiver_url}")
+        k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver secret: {running.receiver_secret}"
+        f"\n  webhook receiver: {running.receiver_url}")
     return 0
 
 
@@ -146,16 +261,16 @@ def cmd_tick(args: argparse.Namespace) -> int:
     rt = _runtime()
     summary = pipeline.tick(rt)
     emit(args, summary, f"leased {summary['leased']}, published {summary['published']}, "
-                        f"released {summary['released']}, reclaimed {summary['reclaimed']}")
+                        f"released {summary['released']}, "
+                        f"reclaimed {_counts_text(summary['reclaimed'])}")
     return 0
 
 
-EXIT_PARTIAL_FAILURE = 4  # `work`: some records failed or an invocation raised
 WORK_EXIT_STATUSES = (
     "exit status: 0 the queues emptied and no record failed; 1 the queues did not empty within "
     "the bounds; 4 some records failed or an invocation raised (a partial failure: the counts "
     "and the first error go to stderr, and the failed records are retried, dead-lettered or "
-    "parked as in Lambda); 2 a bad argument.")
+    "parked as in Lambda); 2 a bad argument; 5 the database or AWS unreachable.")
 
 
 def cmd_work(args: argparse.Namespace) -> int:
@@ -164,7 +279,8 @@ def cmd_work(args: argparse.Namespace) -> int:
     rt = _runtime()
     summary = pipeline.work(rt, max_seconds=args.max_seconds)
     emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
-                        f"redrive: {_work_counts(summary['redrive'])}; idle: {summary['idle']}")
+                        f"redrive: {_work_counts(summary['redrive'])}; "
+                        + ("queues empty" if summary["idle"] else "queues not empty"))
     not_idle = f"the queues did not empty within {args.max_seconds:g}s"
     if summary["failed_records"] or summary["invocation_errors"]:
         tail = "" if summary["idle"] else f"; {not_idle}"
@@ -174,6 +290,14 @@ def cmd_work(args: argparse.Namespace) -> int:
         sys.stderr.write(f"reminders: work: {not_idle}\n")
         return 1
     return 0
+
+
+def _counts_text(value: Any) -> str:
+    """``{"unknown": 2, "retrying": 1}`` as ``2 unknown, 1 retrying``; a number as itself."""
+    if isinstance(value, dict):
+        parts = [f"{n} {name}" for name, n in value.items() if n]
+        return ", ".join(parts) if parts else "0"
+    return str(value)
 
 
 def _work_counts(counts: dict[str, Any]) -> str:
@@ -192,19 +316,135 @@ def _work_failures(summary: dict[str, Any]) -> str:
     return "; ".join([*parts, why])
 
 
+_BLOCKED_NAMES = ("localhost", "metadata.google.internal", "instance-data",
+                  "metadata", "metadata.azure.internal")
+
+
+def _check_endpoint_url(url: str) -> str:
+    """Refused when typed, not at send time: a URL with credentials (never echoed back), a
+    scheme other than http(s), and a host that is an address deliveries may not go to
+    (private, loopback, link-local, metadata) unless REMINDERS_WEBHOOK_ALLOW allows it. Names
+    are resolved at send time, where the same guard applies again."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from reminders.channels.addresses import ALLOW_ENV, parse_allow_list, refusal_reason
+
+    _plain_text(url, "endpoint URL")
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise InvalidInput(f"endpoint URL is not valid: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise InvalidInput("endpoint URL must be http(s)://HOST/..., got "
+                           f"{parts.scheme or 'no scheme'}://{parts.hostname or ''}")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidInput("endpoint URL must not carry credentials (user:password@); "
+                           "the receiver verifies the webhook signature instead")
+    host = parts.hostname.rstrip(".").lower()
+    allow = parse_allow_list(environment().get(ALLOW_ENV, ""))
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        if (host in _BLOCKED_NAMES or host.endswith(".localhost")) and not allow:
+            raise InvalidInput(f"endpoint host {host} is a local or metadata name; "
+                               "deliveries may not go there") from None
+        return url
+    if not any(address.version == n.version and address in n for n in allow):
+        reason = refusal_reason(address)
+        if reason is not None:
+            metadata = " (a cloud metadata address)" if str(address) in (
+                "169.254.169.254", "fd00:ec2::254") else ""
+            raise InvalidInput(f"endpoint address {address} is {reason}{metadata}; "
+                               f"add it to {ALLOW_ENV} to permit")
+    return url
+
+
+def _secret(args: argparse.Namespace) -> str:
+    given = [flag for flag, value in (("--secret", args.secret),
+                                      ("--secret-file", args.secret_file),
+                                      ("--secret-env", args.secret_env)) if value]
+    if len(given) != 1:
+        raise InvalidInput("give the signing secret with one of --secret-file PATH ('-' for "
+                           "stdin), --secret-env NAME, or --secret (local stacks only)")
+    if args.secret_file:
+        try:
+            text = (sys.stdin.read() if args.secret_file == "-"
+                    else Path(args.secret_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"--secret-file: cannot read {args.secret_file!r}: "
+                               f"{type(exc).__name__}") from None
+        return text.strip()
+    if args.secret_env:
+        value = os.environ.get(args.secret_env)
+        if not value:
+            raise InvalidInput(f"--secret-env: {args.secret_env} is not set")
+        return value.strip()
+    return str(args.secret)
+
+
 def cmd_endpoints_add(args: argparse.Namespace) -> int:
     from reminders import db
     from reminders.channels.signing import validate_secret
 
-    validate_secret(args.secret)
-    if not re.match(r"^https?://[^\s/]+", args.url):
-        raise InvalidInput(f"endpoint URL must be http(s)://..., got {args.url!r}")
+    secret = _secret(args)
+    validate_secret(secret)
+    url = _check_endpoint_url(args.url)
+    if args.tenant:
+        _plain_text(args.tenant, "--tenant")
     with _conn() as conn, db.transaction(conn):
         if args.tenant:
             db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
-        row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": args.url,
-                                                  "secret": args.secret})
-    emit(args, row, f"endpoint registered: {args.url}")
+        row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": url,
+                                                  "secret": secret})
+    emit(args, row, f"endpoint registered: {url}")
+    return 0
+
+
+def cmd_endpoints_change(args: argparse.Namespace) -> int:
+    """``remove`` or ``rotate-secret``: one endpoint, by URL and tenant (none: the shared one).
+    Deliveries already scheduled to a removed URL fail when they come due (no endpoint)."""
+    from reminders import db
+    from reminders.channels.signing import validate_secret
+
+    params: dict[str, Any] = {"url": args.url, "tenant": args.tenant}
+    if args.action == "rotate-secret":
+        params["secret"] = _secret(args)
+        validate_secret(params["secret"])
+    name = "endpoint_remove" if args.action == "remove" else "endpoint_rotate_secret"
+    with _conn() as conn, db.transaction(conn):
+        row = db.fetch_one(conn, name, params)
+    if row is None:
+        whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
+        raise NotFound(f"no endpoint {args.url} registered for {whose}")
+    emit(args, {**row, "action": args.action},
+         f"endpoint {'removed' if args.action == 'remove' else 'secret rotated'}: {args.url}")
+    return 0
+
+
+def cmd_endpoints_list(args: argparse.Namespace) -> int:
+    from reminders import operator
+    from reminders.cli_format import table
+
+    with _conn() as conn:
+        rows = operator.endpoints(conn, tenant=args.tenant)
+    emit(args, rows, table(["id", "tenant", "url", "created"], [
+        (r["id"], r["tenant"] or "(any)", r["url"], r["created_at"]) for r in rows])
+         if rows else "no endpoints")
+    return 0
+
+
+def cmd_opt_outs_list(args: argparse.Namespace) -> int:
+    from reminders import operator
+    from reminders.cli_format import table
+
+    with _conn() as conn:
+        rows = operator.opt_outs(conn, tenant=args.tenant, channel=args.channel,
+                                 recipient=args.recipient, limit=args.limit)
+    emit(args, rows, table(["tenant", "recipient", "channel", "since"], [
+        (r["tenant"], r["recipient"], r["channel"], r["created_at"]) for r in rows])
+         if rows else "no opt-outs")
     return 0
 
 
@@ -231,18 +471,30 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap, retention=keep)
+    from reminders.cli_format import duration
+
     data = _kind_json(row)
-    emit(args, data, f"kind {row['name']}: " + ", ".join(
-        f"{k.replace('_', ' ')} {v}" for k, v in data.items() if k != "name"))
+    emit(args, data, f"kind {row['name']}: stale after "
+                     f"{duration(data['stale_after_seconds'])}, max attempts "
+                     f"{data['max_attempts']}, redrive budget {data['redrive_budget']}, backoff "
+                     f"{duration(data['backoff_base_seconds'])} to "
+                     f"{duration(data['backoff_cap_seconds'])}, retention "
+                     f"{duration(data['retention_seconds'])}")
     return 0
 
 
 def cmd_kinds_list(args: argparse.Namespace) -> int:
     from reminders import db
+    from reminders.cli_format import duration, table
 
     with _conn() as conn:
         rows = [_kind_json(r) for r in db.fetch_all(conn, "kinds_list")]
-    emit(args, rows, "\n".join(f"{r['name']}: {r}" for r in rows))
+    emit(args, rows, table(
+        ["kind", "stale after", "max attempts", "redrive budget", "backoff", "retention"],
+        [(r["name"], duration(r["stale_after_seconds"]), r["max_attempts"],
+          r["redrive_budget"],
+          f"{duration(r['backoff_base_seconds'])}..{duration(r['backoff_cap_seconds'])}",
+          duration(r["retention_seconds"])) for r in rows]))
     return 0
 
 
@@ -283,59 +535,115 @@ def _recurrence(args: argparse.Namespace) -> Any:
 
 
 def _recipients(args: argparse.Namespace) -> list[str]:
-    people: list[str] = []
-    if args.recipient:
-        people.append(args.recipient)
-    if args.recipients:
-        people += [r.strip() for r in args.recipients.split(",") if r.strip()]
+    from reminders.schedules import validate_recipient_text
+
+    people: list[tuple[str, str]] = []  # (flag, recipient)
+    if args.recipient is not None:
+        if not args.recipient.strip():
+            raise InvalidInput("--recipient: empty; give a recipient such as alice or "
+                               "alice@example.com")
+        people.append(("--recipient", args.recipient.strip()))
+    if args.recipients is not None:
+        given = [r.strip() for r in args.recipients.split(",") if r.strip()]
+        if not given:
+            raise InvalidInput("--recipients: empty; give comma-separated recipients")
+        people += [("--recipients", r) for r in given]
     if args.recipients_file:
         path = Path(args.recipients_file)
-        if not path.is_file():
+        if path.is_dir():
+            raise InvalidInput(f"--recipients-file: {str(path)!r} is a directory, not a file")
+        if not path.exists():
             raise InvalidInput(f"--recipients-file: no such file {str(path)!r}")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"--recipients-file: cannot read {str(path)!r}: {exc}") from None
-        lines = (line.strip() for line in text.splitlines())
-        people += [line for line in lines if line and not line.startswith("#")]
-    if not people:
-        if args.recipients_file:
+        for number, line in enumerate(text.splitlines(), start=1):
+            item = line.strip()
+            if item and not item.startswith("#"):
+                people.append((f"--recipients-file line {number}", item))
+        if not any(flag.startswith("--recipients-file") for flag, _ in people):
             raise InvalidInput(f"--recipients-file: no recipients in {args.recipients_file!r}")
+    if not people:
         raise InvalidInput("give --recipient, --recipients or --recipients-file")
-    return people
+    for flag, person in people:
+        try:
+            validate_recipient_text(person)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{flag}: {exc}") from None
+    return [person for _, person in people]
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _payload(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
         raise InvalidInput(f"--payload is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidInput("--payload must be a JSON object")
+    from reminders.schedules import validate_payload
+
+    try:
+        validate_payload(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"--payload: {exc}") from None
     return value
+
+
+def _schedule_text(data: dict[str, Any], verb: str) -> str:
+    from reminders.cli_format import table
+
+    head = f"schedule {data['schedule_key']} (tenant {data['tenant']}): {verb}"
+    deliveries = data["deliveries"]
+    if not deliveries:
+        return head + "; no delivery pending"
+    if isinstance(deliveries, str):
+        return f"{head}; {deliveries}"
+    return head + "\n" + table(["recipient", "due", "state", "delivery key"], [
+        (d["recipient"], d["due_at"], d["state"], d["delivery_key"]) for d in deliveries])
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from reminders import schedules
-    from reminders.clock import parse_instant
 
     recurrence = _recurrence(args)
     if args.at and recurrence is not None:
         raise InvalidInput("give either --at or --rrule/--tz/--start, not both")
     if not args.at and recurrence is None:
         raise InvalidInput("give --at ISO-8601 (with offset) or --rrule, --tz and --start")
-    at = parse_instant(args.at, "--at") if args.at else None
+    if args.channel == "webhook" and not args.to:
+        raise InvalidInput("--channel webhook needs --to URL (a registered endpoint)")
+    at = _instant(args.at, "--at") if args.at else None
+    people = _recipients(args)
+    payload = _payload(args.payload)
+    _plain_text(args.tenant, "--tenant")
+    if args.key is not None:
+        _plain_text(args.key, "--key")
+    now = _now()
+    if recurrence is not None:
+        from reminders.series import first_due
+
+        if first_due(recurrence, now) is None:
+            raise InvalidInput("--rrule: no occurrence at or after now "
+                               f"({now.isoformat()}); nothing would ever be delivered")
     with _conn() as conn:
         result = schedules.schedule(
-            conn, tenant=args.tenant, recipients=_recipients(args), channel=args.channel,
+            conn, tenant=args.tenant, recipients=people, channel=args.channel,
             to=args.to, at=at, recurrence=recurrence, kind=args.kind,
-            payload=_payload(args.payload), revision=args.revision, key=args.key, now=_now())
+            payload=payload, revision=args.revision, key=args.key, now=now)
     data = result.as_json()
-    if len(result.deliveries) > 20 and not args.json:
+    if args.json:
+        print(_json_text(data))
+        return 0
+    if len(result.deliveries) > 20:
         data["deliveries"] = f"{len(result.deliveries)} deliveries"
-    print(json.dumps(data, indent=2, default=str))
+    print(_schedule_text(data, "created" if result.created else "already existed, unchanged"))
     return 0
 
 
@@ -347,7 +655,7 @@ def _resolve_tenant(conn: Any, key: str, tenant: str | None) -> str:
     rows = db.fetch_all(conn, "schedule_tenants_for_key", {"key": key})
     tenants = sorted({r["tenant"] for r in rows})
     if not tenants:
-        raise InvalidInput(f"no schedule or delivery with key {key!r}")
+        raise NotFound(f"no schedule or delivery with key {key!r}")
     if len(tenants) > 1:
         raise InvalidInput(f"key {key!r} exists for tenants {', '.join(tenants)}; pass --tenant")
     return str(tenants[0])
@@ -360,62 +668,159 @@ def _schedule_key(conn: Any, key: str, tenant: str) -> str:
     return str(row["schedule_key"]) if row else key
 
 
-def cmd_reschedule(args: argparse.Namespace) -> int:
-    from reminders import schedules
-    from reminders.clock import parse_instant
+def _unchanged(current: Any, at: Any, revision: str | None, recurrence: Any) -> bool:
+    """Would this reschedule ask for what the schedule already is? Then it changes nothing."""
+    if current["state"] == "cancelled":
+        return False  # the API refuses it, with its own message
+    if at is not None and current["at"] != at:
+        return False
+    if revision is not None and current["revision"] != revision:
+        return False
+    if recurrence is None:
+        return True
+    stored = (current["rrule"], current["tz"], current["local_start"], current["gap_policy"],
+              current["overlap_policy"])
+    return stored == (recurrence.rrule, recurrence.tz, recurrence.local_start, recurrence.gap,
+                      recurrence.overlap)
 
-    at = parse_instant(args.at, "--at") if args.at else None
+
+def cmd_reschedule(args: argparse.Namespace) -> int:
+    from reminders import db, schedules
+
+    at = _instant(args.at, "--at") if args.at else None
+    recurrence = _recurrence(args)
+    if at is None and args.revision is None and recurrence is None:
+        raise InvalidInput("reschedule needs --at, --revision, or --rrule/--tz/--start")
+    if args.revision is not None:
+        _plain_text(args.revision, "--revision")
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         key = _schedule_key(conn, args.key, tenant)
-        result = schedules.reschedule(conn, tenant=tenant, key=key, at=at, revision=args.revision,
-                                      recurrence=_recurrence(args), now=_now())
-    print(json.dumps(result.as_json(), indent=2, default=str))
+        current = db.fetch_one(conn, "schedule_get", {"tenant": tenant, "schedule_key": key})
+        if current is not None and _unchanged(current, at, args.revision, recurrence):
+            rows = db.fetch_all(conn, "deliveries_of_schedule_generation", {
+                "schedule_id": current["id"], "tenant": tenant,
+                "generation": current["generation"]})
+            result = schedules.ScheduleResult(
+                tenant, key, int(current["id"]), False,
+                [schedules.DeliveryRef(r["recipient"], r["delivery_key"], r["due_at"],
+                                       r["state"]) for r in rows])
+            changed = False
+        else:
+            try:
+                result = schedules.reschedule(conn, tenant=tenant, key=key, at=at,
+                                              revision=args.revision, recurrence=recurrence,
+                                              now=_now())
+            except InvalidInput as exc:
+                raise _as_flags(exc) from None
+            changed = True
+    data = {**result.as_json(), "changed": changed}
+    emit(args, data, _schedule_text(data, "rescheduled" if changed
+                                    else "unchanged (it already says that)"))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from reminders import schedules
+    from reminders import db, schedules
+    from reminders.clock import iso
 
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         key = _schedule_key(conn, args.key, tenant)
-        n = schedules.cancel(conn, tenant=tenant, key=key, now=_now())
-    emit(args, {"tenant": tenant, "schedule_key": key, "suppressed": n},
-         f"cancelled {key}: {n} pending deliveries suppressed")
+        current = db.fetch_one(conn, "schedule_get", {"tenant": tenant, "schedule_key": key})
+        if args.dry_run:
+            pending = [r for r in db.fetch_all(conn, "deliveries_of_schedule",
+                                               {"key": key, "tenant": tenant})
+                       if r["state"] in ("scheduled", "retrying", "leased")]
+            cancelled = current is not None and current["state"] == "cancelled"
+            emit(args, {"tenant": tenant, "schedule_key": key, "dry_run": True,
+                        "would_suppress": [r["delivery_key"] for r in pending]},
+                 f"{key} is already cancelled" if cancelled else
+                 f"cancelling {key} would suppress {len(pending)} pending deliveries" + "".join(
+                     f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
+                     for r in pending))
+            return 0
+        if current is not None and current["state"] == "cancelled":
+            n, changed = 0, False
+        else:
+            n, changed = schedules.cancel(conn, tenant=tenant, key=key, now=_now()), True
+    emit(args, {"tenant": tenant, "schedule_key": key, "suppressed": n, "changed": changed},
+         f"cancelled {key}: {n} pending deliveries suppressed" if changed
+         else f"{key} was already cancelled: nothing changed")
     return 0
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    from reminders import schedules
+    from reminders import db, schedules
 
+    _plain_text(args.recipient, "--recipient")
     with _conn() as conn:
         if args.command == "opt-out":
+            before = db.fetch_one(conn, "opt_out_get", {
+                "tenant": args.tenant, "recipient": args.recipient.strip(),
+                "channel": args.channel})
             schedules.opt_out(conn, tenant=args.tenant, recipient=args.recipient,
                               channel=args.channel, now=_now())
-            changed = True
+            changed = before is None
         else:
             changed = schedules.opt_in(conn, tenant=args.tenant, recipient=args.recipient,
                                        channel=args.channel)
+    verb = "opted out of" if args.command == "opt-out" else "opted in to"
     emit(args, {"tenant": args.tenant, "recipient": args.recipient, "channel": args.channel,
                 "opted_out": args.command == "opt-out", "changed": changed},
-         f"{args.recipient} {'opted out of' if args.command == 'opt-out' else 'opted in to'} "
-         f"{args.channel}")
+         f"{args.recipient} {verb} {args.channel}" + ("" if changed else " (already)"))
     return 0
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
-    from reminders import schedules
+    from reminders import db, schedules
 
     paused = args.action == "pause"
+    schedules.validate_tenant(args.tenant)
     with _conn() as conn:
+        row = db.fetch_one(conn, "tenant_get", {"tenant": args.tenant})
+        if row is None and not args.create:
+            raise NotFound(f"no tenant {args.tenant!r} (it has never scheduled anything); "
+                           "pass --create to pause it before it does")
+        changed = row is None or bool(row["paused"]) != paused
         schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
-    emit(args, {"tenant": args.tenant, "paused": paused},
-         f"tenant {args.tenant} {'paused' if paused else 'resumed'}")
+    emit(args, {"tenant": args.tenant, "paused": paused, "changed": changed},
+         f"tenant {args.tenant} {'paused' if paused else 'resumed'}"
+         + ("" if changed else " (already)"))
+    return 0
+
+
+def cmd_tenants_list(args: argparse.Namespace) -> int:
+    from reminders import operator
+    from reminders.cli_format import table
+
+    with _conn() as conn:
+        rows = operator.tenants(conn)
+    emit(args, rows, table(["tenant", "paused", "pending", "schedules"], [
+        (r["tenant"], r["paused"], r["pending"], r["schedules"]) for r in rows])
+         if rows else "no tenants")
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch is None:
+        return _status_once(args)
+    import time
+
+    shown = 0
+    code = 0
+    while args.times is None or shown < args.times:
+        if shown:
+            time.sleep(args.watch)
+        if not args.json and sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[2J")
+        code = _status_once(args)
+        sys.stdout.flush()
+        shown += 1
+    return code
+
+
+def _status_once(args: argparse.Namespace) -> int:
     from reminders import operator
 
     with _conn() as conn:
@@ -426,11 +831,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         from reminders.queue import Queue
 
         _aws_environment()
-        sqs = aws.client("sqs")
-        data["queues"] = {name: Queue(sqs, url).counts() for name, url in (
-            ("deliveries", settings.queues.deliveries), ("dlq", settings.queues.dlq),
-            ("parking", settings.queues.parking))}
+        try:
+            sqs = aws.client("sqs")
+            data["queues"] = {name: Queue(sqs, url).counts() for name, url in (
+                ("deliveries", settings.queues.deliveries), ("dlq", settings.queues.dlq),
+                ("parking", settings.queues.parking))}
+        except Exception as exc:  # Postgres answered; say the transport did not
+            if not type(exc).__module__.startswith(("botocore", "urllib3", "reminders")):
+                raise
+            data["queues_error"] = f"AWS: {_first_line(exc)}"
     emit(args, data, operator.status_text(data))
+    if data.get("queues_error"):
+        sys.stderr.write(f"reminders: status: queues unreachable: {data['queues_error']}\n")
+        return EXIT_PARTIAL_FAILURE
     return 0
 
 
@@ -445,18 +858,119 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from reminders import operator
+    from datetime import datetime
 
+    from reminders import operator
+    from reminders.cli_format import table
+
+    due_from = _instant(args.due_from, "--due-from") if args.due_from else None
+    due_to = _instant(args.due_to, "--due-to") if args.due_to else None
+    after: tuple[datetime, int] | None = None
+    if args.after:
+        stamp, _, ident = args.after.rpartition("/")
+        if not stamp or not ident.isdigit():
+            raise InvalidInput(f"--after: expected the cursor a previous page printed "
+                               f"(DUE/ID), got {args.after!r}")
+        after = (_instant(stamp, "--after"), int(ident))
     with _conn() as conn:
-        rows = operator.in_state(conn, state=args.state, tenant=args.tenant, limit=args.limit)
-    emit(args, rows, "\n".join(f"{r['delivery_key']}  {r['state']}  {r['reason'] or ''}"
-                                for r in rows) or f"no {args.state} deliveries")
+        rows, more = operator.deliveries(
+            conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
+            channel=args.channel, recipient=args.recipient, due_from=due_from, due_to=due_to,
+            after=after)
+    cursor = f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None
+    for r in rows:
+        del r["id"]
+    if args.json:
+        print(_json_text(rows))
+        if cursor:
+            sys.stderr.write(f"reminders: list: more match; next page: --after {cursor}\n")
+        return 0
+    if not rows:
+        print(f"no {args.state} deliveries" if args.state else "no deliveries match")
+        return 0
+    lines = [table(["due", "state", "tenant", "kind", "channel", "recipient", "tries",
+                    "delivery key", "reason"],
+                   [(r["due_at"], r["state"], r["tenant"], r["kind"], r["channel"],
+                     r["recipient"], r["attempts_made"], r["delivery_key"], r["reason"])
+                    for r in rows])]
+    if cursor:
+        lines.append(f"more match: next page with --after {cursor}")
+    print("\n".join(lines))
+    return 0
+
+
+_BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
+
+
+def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
+    """Every parked delivery of a state in a tenant or kind (and a due range), at most
+    --limit of them; --dry-run lists them and changes nothing. Each is recorded as an operator
+    event with the reason and who ran it."""
+    import getpass
+
+    from reminders import operator
+    from reminders.cli_format import table
+
+    if args.state not in _BULK_STATES:
+        raise InvalidInput("without a KEY, reconcile needs --state (one of "
+                           f"{', '.join(_BULK_STATES)}) and --tenant or --kind")
+    if not (args.tenant or args.kind):
+        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
+    if not args.reason.strip():
+        raise InvalidInput("--reason: say what you checked")
+    due_from = _instant(args.due_from, "--due-from") if args.due_from else None
+    due_to = _instant(args.due_to, "--due-to") if args.due_to else None
+    try:
+        who = getpass.getuser()
+    except (OSError, KeyError):
+        who = "unknown"
+    now = _now()
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    with _conn() as conn:
+        rows, more = operator.deliveries(conn, limit=args.limit, state=args.state,
+                                         tenant=args.tenant, kind=args.kind,
+                                         due_from=due_from, due_to=due_to)
+        for row in rows:
+            if args.dry_run:
+                done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                             "state": row["state"], "reason": row["reason"]})
+                continue
+            try:
+                done.append(operator.reconcile(
+                    conn, key=row["delivery_key"], tenant=row["tenant"], target=args.as_,
+                    reason=f"{args.reason.strip()} (bulk, by {who})", now=now))
+            except RemindersError as exc:
+                failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                               "error": str(exc)})
+    data = {"dry_run": args.dry_run, "as": args.as_, "matched": len(rows), "more": more,
+            "reconciled": [] if args.dry_run else done,
+            "would_reconcile": done if args.dry_run else [], "failed": failed}
+    verb = "would reconcile" if args.dry_run else "reconciled"
+    text = f"{verb} {len(done)} {args.state} deliveries as {args.as_}" + (
+        f"; {len(failed)} refused" if failed else "") + (
+        f"; more match than --limit {args.limit}" if more else "")
+    if done:
+        text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
+            (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
+    for f in failed:
+        text += f"\nrefused: {f['delivery_key']}: {f['error']}"
+    emit(args, data, text)
+    if failed:
+        sys.stderr.write(f"reminders: reconcile: partial failure: {len(failed)} of {len(rows)} "
+                         "refused\n")
+        return EXIT_PARTIAL_FAILURE
     return 0
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from reminders import operator
 
+    if args.key is None:
+        return cmd_reconcile_bulk(args)
+    if args.dry_run or args.state or args.kind or args.due_from or args.due_to:
+        raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
+                           "reconciling many deliveries: give them instead of a KEY")
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         data = operator.reconcile(conn, key=args.key, tenant=tenant, target=args.as_,
@@ -466,11 +980,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from reminders.clock import parse_instant
     from reminders.recurrence import preview
 
     rec = _parse_recurrence(args.rrule, args.tz, args.start, args.gap, args.overlap)
-    after = parse_instant(args.after, "--after") if args.after else None
+    after = _instant(args.after, "--after") if args.after else None
     try:
         if after is None:
             first = rec.first()
@@ -480,6 +993,44 @@ def cmd_preview(args: argparse.Namespace) -> int:
     except InvalidInput as exc:
         raise _as_flags(exc) from None
     emit(args, items, "\n".join(f"{i['utc']}  {i['local']}" for i in items) or "(no occurrences)")
+    return 0
+
+
+def completion_script(parser: argparse.ArgumentParser) -> str:
+    """A bash completion for every command, subcommand and option, built from the parser."""
+    words: dict[str, list[str]] = {}
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        options = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
+        subs: list[str] = []
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    subs.append(name)
+                    walk(child, f"{path} {name}".strip())
+        words[path] = subs + options
+
+    walk(parser, "")
+    cases = "\n".join(f'        "{path}") opts="{" ".join(w)}" ;;' for path, w in words.items())
+    return f"""# bash completion for reminders: eval "$(reminders completion bash)"
+_reminders() {{
+    local cur path w opts
+    cur="${{COMP_WORDS[COMP_CWORD]}}"
+    path=""
+    for w in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
+        case "$w" in -*) ;; *) [[ -n "$path" ]] && path="$path $w" || path="$w" ;; esac
+    done
+    case "$path" in
+{cases}
+        *) opts="" ;;
+    esac
+    COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
+}}
+complete -F _reminders reminders"""
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(completion_script(build_parser()))
     return 0
 
 
@@ -552,9 +1103,15 @@ def _recurrence_flags(p: argparse.ArgumentParser) -> None:
                    help="DST overlap policy (default first)")
 
 
+_TENANT_HELP = "only this tenant, e.g. acme (with a key: needed only if several tenants use it)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reminders", description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="store_true",
+                        help="print the versions (as `reminders version`) and exit")
+    parser.epilog = EXIT_STATUSES
+    sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
     p = sub.add_parser("migrate", help="apply database migrations")
     _json_flag(p)
@@ -578,118 +1135,213 @@ def build_parser() -> argparse.ArgumentParser:
                                    "empty or --max-seconds has passed.",
                        epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
-    p.add_argument("--max-seconds", type=float, default=60.0,
-                   help="wall-time bound (default: 60)")
+    p.add_argument("--max-seconds", type=_seconds, default=60.0,
+                   help="wall-time bound, more than 0 (default: 60)")
     p.set_defaults(func=cmd_work)
 
     endpoints = sub.add_parser("endpoints", help="webhook endpoints")
     ep_sub = endpoints.add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = ep_sub.add_parser("add", help="register an endpoint and its signing secret")
-    p.add_argument("url")
-    p.add_argument("--secret", required=True, help="whsec_... (Standard Webhooks)")
+    p.add_argument("url", help="https://hooks.example.com/reminders")
+    p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
+    p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
+    p.add_argument("--secret", help="whsec_... on the command line (local stacks only: argv "
+                                    "is visible to other users of the machine)")
     p.add_argument("--tenant", help="only this tenant may use it (default: any)")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_add)
+    p = ep_sub.add_parser("remove", help="remove an endpoint, e.g. `endpoints remove URL`")
+    p.add_argument("url", help="the URL as registered")
+    p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_change)
+    p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
+                                                "`endpoints rotate-secret URL --secret-file -`")
+    p.add_argument("url", help="the URL as registered")
+    p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
+    p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
+    p.add_argument("--secret", help="whsec_... on the command line (local stacks only)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_change)
+    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)")
+    p.add_argument("--tenant", help="endpoints this tenant may use")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_list)
 
     kinds = sub.add_parser("kinds", help="kinds of reminder and their policies")
     k_sub = kinds.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    p = k_sub.add_parser("set", help="create or change a kind")
-    p.add_argument("name")
+    p = k_sub.add_parser("set", help="create or change a kind, e.g. `kinds set trip "
+                                     "--stale-after 3h --max-attempts 5`")
+    p.add_argument("name", help="a-z 0-9 _ . -, e.g. trip")
     p.add_argument("--stale-after", help="e.g. 3h; 'none' for never")
-    p.add_argument("--max-attempts", type=int)
-    p.add_argument("--redrive-budget", type=int)
-    p.add_argument("--backoff-base")
-    p.add_argument("--backoff-cap")
+    p.add_argument("--max-attempts", type=int, help="sends per delivery, 1 to 100 (default 8)")
+    p.add_argument("--redrive-budget", type=int,
+                   help="dead-letter replays per delivery, 0 to 100 (default 3)")
+    p.add_argument("--backoff-base", help="first retry delay, e.g. 30s")
+    p.add_argument("--backoff-cap", help="longest retry delay, e.g. 1h")
     p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
-    p = k_sub.add_parser("list")
+    p = k_sub.add_parser("list", help="kinds and their policies")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
-    p = sub.add_parser("schedule", help="schedule a reminder")
-    p.add_argument("--tenant", required=True)
-    p.add_argument("--recipient")
-    p.add_argument("--recipients", help="comma-separated")
-    p.add_argument("--recipients-file", help="one recipient per line")
-    p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
-    p.add_argument("--to", help="webhook URL, or the address for a single recipient")
-    p.add_argument("--at", help="ISO-8601 instant with offset")
+    p = sub.add_parser("schedule", help="schedule a reminder",
+                       description="Schedule one reminder for one or many recipients, once "
+                                   "(--at) or recurring (--rrule, --tz, --start). E.g. "
+                                   "`reminders schedule --tenant acme --recipient "
+                                   "alice@example.com --channel email --at "
+                                   "2027-03-01T09:00:00+01:00 --key invoice-42`.")
+    p.add_argument("--tenant", required=True, help="the application's tenant, e.g. acme")
+    p.add_argument("--recipient", help="one recipient, e.g. alice@example.com")
+    p.add_argument("--recipients", help="comma-separated, e.g. a@example.com,b@example.com")
+    p.add_argument("--recipients-file", help="one recipient per line; # starts a comment")
+    p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"],
+                   help="how it is delivered")
+    p.add_argument("--to", help="webhook URL (registered with `endpoints add`), or the "
+                                "address for a single recipient")
+    p.add_argument("--at", help="ISO-8601 instant with offset, e.g. 2027-03-01T09:00:00Z")
     _recurrence_flags(p)
-    p.add_argument("--kind", default="default")
+    p.add_argument("--kind", default="default", help="a kind from `kinds list` (default: "
+                                                     "default)")
     p.add_argument("--key", help="idempotency key: retrying with it creates nothing new")
-    p.add_argument("--revision", default="1")
-    p.add_argument("--payload", help="JSON object")
+    p.add_argument("--revision", default="1", help="content revision (default 1)")
+    p.add_argument("--payload", help='JSON object, e.g. \'{"invoice": 42}\'')
     _json_flag(p)
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser("reschedule", help="new time, rule or revision")
+    p = sub.add_parser("reschedule", help="new time, rule or revision",
+                       description="Move a schedule; repeating the same request changes "
+                                   "nothing. E.g. `reminders reschedule invoice-42 --at "
+                                   "2027-03-02T09:00:00Z`.")
     p.add_argument("key", help="schedule key or delivery key")
-    p.add_argument("--tenant")
-    p.add_argument("--at")
-    p.add_argument("--revision")
+    p.add_argument("--tenant", help="needed only when the key exists for several tenants")
+    p.add_argument("--at", help="new ISO-8601 instant with offset (one-off schedules)")
+    p.add_argument("--revision", help="new content revision")
     _recurrence_flags(p)
     _json_flag(p)
     p.set_defaults(func=cmd_reschedule)
 
-    p = sub.add_parser("cancel", help="cancel a schedule")
+    p = sub.add_parser("cancel", help="cancel a schedule and its pending deliveries",
+                       description="E.g. `reminders cancel invoice-42`; cancelling again "
+                                   "changes nothing.")
     p.add_argument("key", help="schedule key or delivery key")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help="needed only when the key exists for several tenants")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the pending deliveries it would suppress; change nothing")
     _json_flag(p)
     p.set_defaults(func=cmd_cancel)
 
     for name in ("opt-out", "opt-in"):
-        p = sub.add_parser(name, help=f"{name} a recipient on a channel")
-        p.add_argument("--tenant", required=True)
-        p.add_argument("--recipient", required=True)
-        p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"])
+        p = sub.add_parser(name, help=f"{name} a recipient on a channel, e.g. `{name} "
+                                      "--tenant acme --recipient bob@example.com --channel "
+                                      "email`")
+        p.add_argument("--tenant", required=True, help="e.g. acme")
+        p.add_argument("--recipient", required=True, help="as scheduled, e.g. bob@example.com")
+        p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"],
+                       help="the channel to stop or resume")
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
 
-    tenants = sub.add_parser("tenants", help="pause or resume a tenant")
+    tenants = sub.add_parser("tenants", help="list, pause or resume tenants")
     t_sub = tenants.add_subparsers(dest="action", required=True, parser_class=_Parser)
     for action in ("pause", "resume"):
-        p = t_sub.add_parser(action)
-        p.add_argument("tenant")
+        p = t_sub.add_parser(action, help=f"{action} a tenant, e.g. `tenants {action} acme`")
+        p.add_argument("tenant", help="e.g. acme")
+        p.add_argument("--create", action="store_true",
+                       help="also for a tenant that has never scheduled anything")
         _json_flag(p)
         p.set_defaults(func=cmd_tenants)
+    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries")
+    _json_flag(p)
+    p.set_defaults(func=cmd_tenants_list)
 
-    p = sub.add_parser("status", help="counts by state and channel, oldest overdue, leases")
-    p.add_argument("--tenant")
+    p = sub.add_parser("opt-outs", help="recipients who opted out")
+    o_sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = o_sub.add_parser("list", help="e.g. `opt-outs list --tenant acme --channel email`")
+    p.add_argument("--tenant", help=_TENANT_HELP)
+    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel")
+    p.add_argument("--recipient", help="only this recipient")
+    p.add_argument("--limit", type=_count("--limit"), default=1000,
+                   help="at most this many, 1 to 10000 (default 1000)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_opt_outs_list)
+
+    p = sub.add_parser("status", help="counts by state and channel, oldest overdue, leases",
+                       description="What Postgres knows (counts by state and channel, "
+                                   "lateness by tenant, kind and channel, paused tenants, "
+                                   "expired leases) and, beside it, the queues' counts. "
+                                   "E.g. `reminders status --tenant acme --watch 5`.")
+    p.add_argument("--tenant", help=_TENANT_HELP)
+    p.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                   help="refresh every SECONDS until interrupted")
+    p.add_argument("--times", type=_count("--times", 1, 1_000_000),
+                   help="with --watch: stop after this many refreshes")
     _json_flag(p)
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("show", help="a delivery (or a schedule's deliveries) with attempts")
     p.add_argument("key", help="delivery key or schedule key")
-    p.add_argument("--tenant")
+    p.add_argument("--tenant", help=_TENANT_HELP)
     _json_flag(p)
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("list", help="deliveries in one state (e.g. the parked: unknown, dead)")
-    p.add_argument("--state", required=True)
-    p.add_argument("--tenant")
-    p.add_argument("--limit", type=int, default=100)
+    p = sub.add_parser("list", help="deliveries by state, tenant, kind, channel, recipient, due",
+                       description="Deliveries matching every filter given, by due time, a "
+                                   "page at a time; e.g. `reminders list --state dead "
+                                   "--tenant acme --due-from 2027-03-01T00:00Z`.")
+    p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
+    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
+    p.add_argument("--kind", help="only this kind's, e.g. trip")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
+    p.add_argument("--recipient", help="only this recipient's, e.g. alice@example.com")
+    p.add_argument("--due-from", help="ISO-8601 instant: due at or after it")
+    p.add_argument("--due-to", help="ISO-8601 instant: due before it")
+    p.add_argument("--after", help="continue after the cursor a previous page printed")
+    p.add_argument("--limit", type=_count("--limit"), default=100,
+                   help="rows per page, 1 to 10000 (default 100)")
     _json_flag(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("reconcile", help="settle a parked delivery after checking the receiver")
-    p.add_argument("key", help="delivery key")
-    p.add_argument("--tenant")
-    p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"])
+    p = sub.add_parser(
+        "reconcile", help="settle parked deliveries after checking the receiver",
+        description="Settle one delivery by KEY, or many: every delivery of --state in a "
+                    "--tenant or --kind (and a due range), at most --limit; --dry-run lists "
+                    "them first. E.g. `reminders reconcile --state dead --tenant acme --as "
+                    "retry --reason 'endpoint fixed' --dry-run`.")
+    p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
+    p.add_argument("--tenant", help=_TENANT_HELP)
+    p.add_argument("--state", help=f"bulk: one of {', '.join(_BULK_STATES)}")
+    p.add_argument("--kind", help="bulk: only this kind")
+    p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
+    p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
+    p.add_argument("--limit", type=_count("--limit"), default=100,
+                   help="bulk: at most this many (default 100)")
+    p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
+    p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"],
+                   help="sent (it arrived), failed/dead (give up), retry (due again, same key)")
     p.add_argument("--reason", required=True, help="what you checked")
     _json_flag(p)
     p.set_defaults(func=cmd_reconcile)
 
     p = sub.add_parser("preview", help="the next due instants of a rule")
-    p.add_argument("--rrule", required=True)
-    p.add_argument("--tz", required=True)
-    p.add_argument("--start", required=True)
-    p.add_argument("--gap", choices=["shift", "skip"], default="shift")
-    p.add_argument("--overlap", choices=["first", "later"], default="first")
-    p.add_argument("--count", type=int, default=10)
+    p.add_argument("--rrule", required=True, help="RFC 5545 rule, e.g. FREQ=WEEKLY;BYDAY=MO")
+    p.add_argument("--tz", required=True, help="IANA time zone, e.g. Europe/Berlin")
+    p.add_argument("--start", required=True, help="local start, e.g. 2027-01-04T09:00")
+    p.add_argument("--gap", choices=["shift", "skip"], default="shift",
+                   help="DST gap policy (default shift)")
+    p.add_argument("--overlap", choices=["first", "later"], default="first",
+                   help="DST overlap policy (default first)")
+    p.add_argument("--count", type=int, default=10, help="0 to 1000 (default 10)")
     p.add_argument("--after", help="ISO-8601 instant; default: from the start")
     _json_flag(p)
     p.set_defaults(func=cmd_preview)
+
+    p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
+                                          "bash)\"")
+    p.add_argument("shell", choices=["bash"], help="the shell (bash)")
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("version", help="versions, including the time-zone data")
     _json_flag(p)
@@ -715,22 +1367,97 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_VALUE_LOOKS_NEGATIVE = re.compile(r"^-(\d|\.\d)")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--stale-after -3h`` and ``--limit -5`` would read as options; join them as
+    ``--flag=-3h`` so the flag's own check names what is wrong with the value."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if (arg.startswith("--") and "=" not in arg and arg != "--" and i + 1 < len(argv)
+                and _VALUE_LOOKS_NEGATIVE.match(argv[i + 1])):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _fail(code: int, line: str) -> int:
+    sys.stderr.write(f"reminders: error: {line}\n")
+    return code
+
+
+def _stdout_gone() -> None:
+    """The reader went away (``| head``): stop writing, quietly, without a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _exit_for(exc: BaseException) -> int:
+    """One line on stderr and the exit status for an error; nothing but a line escapes."""
+    from reminders.errors import Conflict, DatabaseUnavailable, NotFound
+
+    if isinstance(exc, NotFound):
+        return _fail(EXIT_NOT_FOUND, str(exc))
+    if isinstance(exc, DatabaseUnavailable):
+        return _fail(EXIT_UNAVAILABLE, str(exc))
+    if isinstance(exc, Conflict):
+        return _fail(EXIT_CONFLICT, f"{exc} (nothing was written; try again)")
+    if isinstance(exc, RemindersError):
+        return _fail(EXIT_USAGE, str(exc))
+    module = type(exc).__module__
+    if module.startswith("botocore") or module.startswith("urllib3"):
+        return _fail(EXIT_UNAVAILABLE, f"AWS: {_first_line(exc)}")
+    if module.startswith("psycopg"):
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return _fail(EXIT_UNAVAILABLE, f"Postgres: {_first_line(exc)}")
+        return _fail(EXIT_USAGE, f"Postgres refused the input: {_first_line(exc)}")
+    if isinstance(exc, OverflowError):
+        return _fail(EXIT_USAGE, "a date or number is out of range")
+    if isinstance(exc, OSError):
+        return _fail(EXIT_UNAVAILABLE, f"{type(exc).__name__}: {_first_line(exc)}")
+    return _fail(1, f"unexpected {type(exc).__name__}: {_first_line(exc)} "
+                    "(set REMINDERS_DEBUG=1 for the traceback)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", os.environ["LOG_LEVEL"])
-    args = build_parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(_join_negative_values(raw))
+    if args.version and args.command is None:
+        args.func, args.json = cmd_version, False
+    elif args.command is None:
+        parser.error("give a command, e.g. `reminders status`")
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
         return code
-    except RemindersError as exc:
-        sys.stderr.write(f"reminders: error: {exc}\n")
-        return 2
+    except BrokenPipeError:
+        _stdout_gone()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write("reminders: interrupted\n")
+        return 130
     except Exception as exc:
-        if type(exc).__module__.startswith("botocore"):  # an AWS call failed: say which, once
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            sys.stderr.write(f"reminders: error: AWS: {first}\n")
-            return 1
-        raise
+        if os.environ.get("REMINDERS_DEBUG"):
+            raise
+        return _exit_for(exc)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,14 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
     expired = db.fetch_one(conn, "status_expired_leases", params) or {}
     from reminders.timezones import tzdata_version
 
+    paused = [r["tenant"] for r in db.fetch_all(conn, "tenants_paused")
+              if tenant is None or r["tenant"] == tenant]
+    overdue_by = [{"tenant": r["tenant"], "kind": r["kind"], "channel": r["channel"],
+                   "overdue": int(r["n"]),
+                   "oldest_overdue_seconds": round(float(r["seconds"] or 0.0), 3)}
+                  for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
+            "paused_tenants": paused, "overdue_by": overdue_by,
             "total": sum(by_state.values()),
             "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
             "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version(),
@@ -37,10 +44,21 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
 
 
 def status_text(data: dict[str, Any]) -> str:
+    from reminders.cli_format import duration
+
     states = ", ".join(f"{k} {v}" for k, v in data["by_state"].items() if v)
     text = (f"deliveries: {data['total']} ({states or 'none'})\n"
-            f"oldest overdue: {data['oldest_overdue_seconds']:.0f}s; "
+            f"oldest overdue: {duration(data['oldest_overdue_seconds'])}; "
             f"expired leases: {data['expired_leases']}")
+    if data.get("paused_tenants"):
+        text += f"\npaused tenants: {', '.join(data['paused_tenants'])}"
+    if data.get("overdue_by"):
+        from reminders.cli_format import table
+
+        text += "\noverdue by tenant, kind and channel:\n" + table(
+            ["tenant", "kind", "channel", "overdue", "oldest"],
+            [(r["tenant"], r["kind"], r["channel"], r["overdue"],
+              duration(r["oldest_overdue_seconds"])) for r in data["overdue_by"]])
     removed = data.get("retention_removed")
     if removed and removed["deliveries_in_all"]:
         week = removed["last_7_days"]
@@ -48,6 +66,8 @@ def status_text(data: dict[str, Any]) -> str:
                  f"({removed['deliveries_in_all']} in all)")
     for name, counts in data.get("queues", {}).items():
         text += f"\n{name} queue: {counts['visible']} waiting, {counts['in_flight']} in flight"
+    if data.get("queues_error"):
+        text += f"\nqueues: unreachable ({data['queues_error']}); the counts above are Postgres'"
     return text
 
 
@@ -147,6 +167,63 @@ def show_text(data: dict[str, Any]) -> str:
     for d in items:
         lines.append(f"{d['delivery_key']}: {d['state']}"
                      + (f" ({d['reason']})" if d["reason"] else ""))
+        lines.append(f"  tenant {d['tenant']}, kind {d['kind']}, recipient {d['recipient']} "
+                     f"on {d['channel']}, due {d['due_at']}, schedule {d['schedule_key']}")
         lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
-                  for a in d["attempts"]]
+                  .rstrip() for a in d["attempts"]]
+        lines += [f"  {e['at']}  {e['actor']}: {e['event']}"
+                  + (f" ({e['detail']})" if e.get("detail") else "") for e in d["events"]]
     return "\n".join(lines)
+
+
+def _page_row(r: db.Row) -> dict[str, Any]:
+    return {"delivery_key": r["delivery_key"], "tenant": r["tenant"],
+            "schedule_key": r["schedule_key"], "recipient": r["recipient"],
+            "channel": r["channel"], "state": r["state"], "reason": r["reason"],
+            "occurrence_at": iso(r["occurrence_at"]), "attempts_made": r["attempts_made"],
+            "updated_at": iso(r["updated_at"]), "kind": r["kind"], "due_at": iso(r["due_at"])}
+
+
+def deliveries(conn: db.Connection, *, limit: int, state: str | None = None,
+               tenant: str | None = None, kind: str | None = None, channel: str | None = None,
+               recipient: str | None = None, due_from: datetime | None = None,
+               due_to: datetime | None = None,
+               after: tuple[datetime, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """A page of deliveries matching every filter given, by due time; and whether more match.
+    ``after`` is the (due_at, id) the previous page ended on."""
+    from reminders.errors import InvalidInput
+
+    if state is not None and state not in STATES:
+        raise InvalidInput(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
+    if not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
+    rows = db.fetch_all(conn, "deliveries_filtered", {
+        "state": state, "tenant": tenant, "kind": kind, "channel": channel,
+        "recipient": recipient, "due_from": due_from, "due_to": due_to,
+        "after_due": after[0] if after else None, "after_id": after[1] if after else None,
+        "limit": limit + 1})
+    more = len(rows) > limit
+    page = [{**_page_row(r), "id": r["id"]} for r in rows[:limit]]
+    return page, more
+
+
+def tenants(conn: db.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
+    return [{"tenant": r["tenant"], "paused": r["paused"], "pending": int(r["pending"]),
+             "schedules": int(r["schedules"]), "created_at": iso(r["created_at"])}
+            for r in db.fetch_all(conn, "tenants_list", {"limit": limit})]
+
+
+def endpoints(conn: db.Connection, *, tenant: str | None,
+              limit: int = 1000) -> list[dict[str, Any]]:
+    return [{"id": r["id"], "tenant": r["tenant"], "url": r["url"],
+             "created_at": iso(r["created_at"])}
+            for r in db.fetch_all(conn, "endpoints_list", {"tenant": tenant, "limit": limit})]
+
+
+def opt_outs(conn: db.Connection, *, tenant: str | None, channel: str | None,
+             recipient: str | None, limit: int = 1000) -> list[dict[str, Any]]:
+    return [{"tenant": r["tenant"], "recipient": r["recipient"], "channel": r["channel"],
+             "created_at": iso(r["created_at"])}
+            for r in db.fetch_all(conn, "opt_outs_list", {
+                "tenant": tenant, "channel": channel, "recipient": recipient,
+                "limit": limit})]

@@ -28,6 +28,7 @@ MAX_PAYLOAD_BYTES = 16 * 1024
 MAX_RECIPIENTS = 50_000
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _PHONE = re.compile(r"^\+[1-9][0-9]{7,14}$")
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash
 _TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 
@@ -95,9 +96,11 @@ def validate_payload(payload: Any) -> str:
     if not isinstance(payload, dict):
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
     try:
-        text = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
+    if _JSON_NUL.search(text):  # Postgres's jsonb cannot hold a NUL character
+        raise InvalidInput("payload contains a NUL character (\\u0000), which cannot be stored")
     size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
@@ -113,12 +116,25 @@ def validate_recipients(recipients: Iterable[str]) -> list[str]:
             raise InvalidInput("recipient must be a non-empty string")
         if len(r) > 320:
             raise InvalidInput(f"recipient {r[:40]!r}... is longer than 320 characters")
+        validate_recipient_text(r)
         seen.setdefault(r.strip(), None)
     if not seen:
         raise InvalidInput("at least one recipient is required")
     if len(seen) > MAX_RECIPIENTS:
         raise InvalidInput(f"{len(seen)} recipients in one call; the limit is {MAX_RECIPIENTS}")
     return list(seen)
+
+
+RECIPIENT_FORBIDDEN = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a line break",
+                       ":": "':' (the delivery key's separator)"}
+
+
+def validate_recipient_text(recipient: str) -> str:
+    """Refuse what a delivery key or a text column cannot carry unambiguously."""
+    for ch, what in RECIPIENT_FORBIDDEN.items():
+        if ch in recipient:
+            raise InvalidInput(f"recipient {recipient[:40]!r} contains {what}")
+    return recipient
 
 
 def destinations_for(channel: str, recipients: Sequence[str], to: str | None) -> list[str]:

@@ -204,6 +204,8 @@ def test_a_second_up_returns_the_running_stack(home: Home,
     assert text.out.splitlines()[0] == "local stack running:"
     assert f"  DATABASE_URL={running_stack['database_url']}" in text.out.splitlines()
     assert text.out.splitlines()[-1] == f"  webhook receiver: {running_stack['receiver_url']}"
+    assert text.out.splitlines()[-2] == (
+        f"  webhook receiver secret: {running_stack['receiver_secret']}")
 
 
 def test_commands_find_the_running_stack_through_reminders_home(

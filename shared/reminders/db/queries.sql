@@ -636,3 +636,72 @@ from attempts where delivery_id = %(id)s and tenant = %(tenant)s order by attemp
 -- name: events_of_delivery
 select at, actor, event, detail from delivery_events
 where delivery_id = %(id)s and tenant = %(tenant)s order by id;
+
+-- name: tenant_get
+select id, paused, created_at from tenants where id = %(tenant)s;
+
+-- name: opt_out_get
+select tenant, recipient, channel, created_at from opt_outs
+where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s;
+
+-- name: tenants_list
+-- CROSS-TENANT: the operator's list; pending counts read the pending-state index per tenant.
+select t.id as tenant, t.paused, t.created_at,
+       (select count(*) from deliveries d where d.tenant = t.id
+          and d.state in ('scheduled', 'retrying', 'leased')) as pending,
+       (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules
+from tenants t order by t.id limit %(limit)s;
+
+-- name: tenants_paused
+select id as tenant from tenants where paused order by id;
+
+-- name: endpoints_list
+-- Never the secret.
+select id, tenant, url, created_at from endpoints
+where (%(tenant)s::text is null or tenant = %(tenant)s or tenant is null)
+order by url, tenant nulls first limit %(limit)s;
+
+-- name: opt_outs_list
+select tenant, recipient, channel, created_at from opt_outs
+where (%(tenant)s::text is null or tenant = %(tenant)s)
+  and (%(channel)s::text is null or channel = %(channel)s)
+  and (%(recipient)s::text is null or recipient = %(recipient)s)
+order by tenant, recipient, channel limit %(limit)s;
+
+-- name: deliveries_filtered
+-- CROSS-TENANT unless a tenant is given. Every filter optional; ordered by due time, then id,
+-- so a page continues after (due_at, id) of the last row of the previous one.
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where (%(state)s::text is null or d.state = %(state)s)
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(channel)s::text is null or d.channel = %(channel)s)
+  and (%(recipient)s::text is null or d.recipient = %(recipient)s)
+  and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
+  and (%(due_to)s::timestamptz is null or d.due_at < %(due_to)s)
+  and (%(after_due)s::timestamptz is null or (d.due_at, d.id) > (%(after_due)s, %(after_id)s))
+order by d.due_at, d.id
+limit %(limit)s;
+
+-- name: status_overdue_by
+-- Lateness split by tenant, kind and channel: the pending rows already due, worst first.
+select d.tenant, s.kind, d.channel, count(*) as n,
+       extract(epoch from %(now)s - min(d.due_at))::float8 as seconds
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.state in ('scheduled', 'retrying', 'leased') and d.due_at <= %(now)s
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+group by d.tenant, s.kind, d.channel
+order by seconds desc, d.tenant, s.kind, d.channel
+limit 50;
+
+-- name: endpoint_remove
+delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+returning id, tenant, url;
+
+-- name: endpoint_rotate_secret
+update endpoints set secret = %(secret)s
+where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+returning id, tenant, url;

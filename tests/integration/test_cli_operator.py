@@ -1,0 +1,491 @@
+"""The command line an operator trusts: every bad input is one line and a documented exit
+status, repeated requests change nothing and say so, and the operator reads (filters, paging,
+timelines, lists) answer from Postgres even when the queues do not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reminders import db
+from reminders.channels.signing import new_secret
+from reminders.local import stack
+from tests.integration.cli_helpers import Cli, Result, base_env
+
+DUE = "2027-03-01T09:05:00Z"
+ALLOW = {"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"}
+EMAIL = ["schedule", "--tenant", "acme", "--channel", "email", "--at", DUE]
+
+
+def error(got: Result, code: int, line: str) -> None:
+    assert (got.code, got.out, got.err) == (code, "", f"reminders: error: {line}\n")
+
+
+def nothing_written(conn: db.Connection) -> None:
+    for table in ("schedules", "deliveries", "endpoints", "opt_outs", "tenants"):
+        assert conn.execute(f"select count(*) as n from {table}").fetchone() == {"n": 0}, table
+
+
+@pytest.fixture
+def hook(cli: Cli, receiver: Any) -> str:
+    url: str = receiver.hook_url("x")
+    cli("endpoints", "add", url, "--secret", receiver.secret, "--json", **ALLOW).json()
+    return url
+
+
+# ---------------------------------------------------------------- crashes become one line
+
+
+def test_an_instant_past_year_9999_in_utc_is_refused(cli: Cli, conn: db.Connection) -> None:
+    got = cli(*EMAIL[:-2], "--recipient", "a@example.com", "--at", "9999-12-31T23:59:59-05:00")
+    error(got, 2, "--at: out of range: '9999-12-31T23:59:59-05:00'")
+    nothing_written(conn)
+    got = cli(*EMAIL[:-2], "--recipient", "a@example.com", "--at", "9999-12-31T22:00:00Z")
+    error(got, 2, "--at: out of range: '9999-12-31T22:00:00Z' (the latest year accepted is "
+                  "9979)")
+    nothing_written(conn)
+
+
+def test_a_nul_byte_in_a_recipients_file_is_refused(cli: Cli, conn: db.Connection,
+                                                    tmp_path: Path) -> None:
+    people = tmp_path / "people.txt"
+    people.write_text("a@example.com\nb\x00@example.com\n", encoding="utf-8")
+    got = cli(*EMAIL, "--recipients-file", str(people))
+    error(got, 2, "--recipients-file line 2: recipient 'b\\x00@example.com' contains a NUL byte")
+    nothing_written(conn)
+
+
+@pytest.mark.parametrize(("payload", "line"), [
+    ('{"a": "x\\u0000"}', "--payload: payload contains a NUL character (\\u0000), which cannot "
+                          "be stored"),
+    ('{"a": NaN}', "--payload is not JSON: NaN is not a JSON number"),
+    ('{"a": Infinity}', "--payload is not JSON: Infinity is not a JSON number"),
+], ids=["NUL", "NaN", "Infinity"])
+def test_a_payload_postgres_cannot_store_names_the_flag(cli: Cli, conn: db.Connection,
+                                                        payload: str, line: str) -> None:
+    got = cli(*EMAIL, "--recipient", "a@example.com", "--payload", payload)
+    error(got, 2, line)
+    nothing_written(conn)
+
+
+def test_the_api_refuses_a_nul_payload_and_nan_before_postgres(conn: db.Connection) -> None:
+    from reminders import schedules
+    from reminders.errors import InvalidInput
+    from tests.conftest import T0
+
+    for payload in ({"a": "x\x00"}, {"a": float("nan")}):
+        with pytest.raises(InvalidInput):
+            schedules.schedule(conn, tenant="acme", recipients=["a@example.com"],
+                               channel="email", at=T0, now=T0, payload=payload)
+    for people in (["a\nb@example.com"], ["a:b"], ["x\x00"]):
+        with pytest.raises(InvalidInput, match="recipient"):
+            schedules.schedule(conn, tenant="acme", recipients=people, channel="email",
+                               at=T0, now=T0)
+
+
+@pytest.mark.parametrize("command", ["show", "list"])
+def test_a_reader_that_goes_away_is_no_traceback(cli: Cli, tmp_path: Path,
+                                                 command: str) -> None:
+    people = tmp_path / "people.txt"
+    people.write_text("".join(f"p{i}@example.com\n" for i in range(3000)), encoding="utf-8")
+    cli(*EMAIL, "--recipients-file", str(people), "--key", "many", "--json").json()
+    args = ["show", "many", "--tenant", "acme"] if command == "show" else [
+        "list", "--limit", "3000"]
+    env = {**cli.env, "REMINDERS_NOW": DUE}
+    reader = subprocess.Popen([sys.executable, "-m", "reminders.cli", *args], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.readline()  # `| head -1`
+    reader.stdout.close()
+    err = reader.stderr.read().decode()
+    assert (reader.wait(timeout=60), err) == (0, "")
+
+
+# ---------------------------------------------------------------- wrong success
+
+
+def test_pausing_a_tenant_nobody_uses_is_not_found(cli: Cli, conn: db.Connection) -> None:
+    got = cli("tenants", "pause", "nosuchtenant")
+    error(got, 3, "no tenant 'nosuchtenant' (it has never scheduled anything); pass --create "
+                  "to pause it before it does")
+    nothing_written(conn)
+    made = cli("tenants", "pause", "newco", "--create", "--json").json()
+    assert made == {"tenant": "newco", "paused": True, "changed": True}
+    again = cli("tenants", "pause", "newco", "--json").json()
+    assert again == {"tenant": "newco", "paused": True, "changed": False}
+    text = cli("tenants", "resume", "newco")
+    assert (text.code, text.out, text.err) == (0, "tenant newco resumed\n", "")
+
+
+def test_opting_out_twice_says_nothing_changed(cli: Cli) -> None:
+    args = ("opt-out", "--tenant", "acme", "--recipient", "bob", "--channel", "sms", "--json")
+    assert cli(*args).json()["changed"] is True
+    assert cli(*args).json() == {"tenant": "acme", "recipient": "bob", "channel": "sms",
+                                 "opted_out": True, "changed": False}
+
+
+def test_status_shows_postgres_when_the_queues_are_unreachable(cli: Cli) -> None:
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    dead = f"http://127.0.0.1:{stack.free_port()}"
+    got = cli("status", "--json", now="2027-03-01T09:10:00Z", AWS_ENDPOINT_URL=dead,
+              AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1",
+              AWS_MAX_ATTEMPTS="1", REMINDERS_QUEUE_URL=f"{dead}/000000000000/q",
+              REMINDERS_DLQ_URL=f"{dead}/000000000000/d",
+              REMINDERS_PARKING_QUEUE_URL=f"{dead}/000000000000/p")
+    assert got.code == 4  # a partial answer: Postgres' view without the transport's
+    data = json.loads(got.out)
+    assert data["by_state"]["scheduled"] == 1 and data["oldest_overdue_seconds"] == 300.0
+    assert "queues" not in data
+    assert data["queues_error"].startswith("AWS: Could not connect to the endpoint URL")
+    assert got.err.startswith("reminders: status: queues unreachable: AWS: Could not connect")
+    assert got.err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- refused when typed
+
+
+@pytest.mark.parametrize(("url", "line"), [
+    ("http://10.0.0.5/hook", "endpoint address 10.0.0.5 is private; add it to "
+                             "REMINDERS_WEBHOOK_ALLOW to permit"),
+    ("http://169.254.169.254/latest/meta-data", "endpoint address 169.254.169.254 is "
+     "link-local (a cloud metadata address); add it to REMINDERS_WEBHOOK_ALLOW to permit"),
+    ("http://[fe80::1]/hook", "endpoint address fe80::1 is link-local; add it to "
+                              "REMINDERS_WEBHOOK_ALLOW to permit"),
+    ("http://127.0.0.1:8080/hook", "endpoint address 127.0.0.1 is loopback; add it to "
+                                   "REMINDERS_WEBHOOK_ALLOW to permit"),
+    ("http://localhost/hook", "endpoint host localhost is a local or metadata name; "
+                              "deliveries may not go there"),
+    ("https://admin:hunter2@hooks.example.com/x", "endpoint URL must not carry credentials "
+     "(user:password@); the receiver verifies the webhook signature instead"),
+    ("ftp://hooks.example.com/x", "endpoint URL must be http(s)://HOST/..., got "
+                                  "ftp://hooks.example.com"),
+], ids=["private", "metadata", "ipv6 link-local", "loopback", "localhost", "credentials",
+        "ftp"])
+def test_an_endpoint_deliveries_may_not_reach_is_refused_when_added(
+        cli: Cli, conn: db.Connection, url: str, line: str) -> None:
+    got = cli("endpoints", "add", url, "--secret", new_secret())
+    error(got, 2, line)
+    assert "hunter2" not in got.err
+    nothing_written(conn)
+
+
+def test_an_allowed_private_endpoint_is_accepted(cli: Cli) -> None:
+    got = cli("endpoints", "add", "http://127.0.0.1:8080/hook", "--secret", new_secret(),
+              "--json", **ALLOW).json()
+    assert got["url"] == "http://127.0.0.1:8080/hook"
+
+
+def test_the_secret_comes_from_a_file_stdin_or_the_environment(cli: Cli,
+                                                              tmp_path: Path) -> None:
+    secret = new_secret()
+    path = tmp_path / "secret"
+    path.write_text(secret + "\n", encoding="utf-8")
+    url = "https://hooks.example.com/a"
+    assert cli("endpoints", "add", url, "--secret-file", str(path), "--json").json()["url"] == url
+    got = cli("endpoints", "add", url + "b", "--secret-env", "HOOK_SECRET", "--json",
+              HOOK_SECRET=secret).json()
+    assert got["url"] == url + "b"
+    env = {**cli.env, "REMINDERS_NOW": DUE}
+    piped = subprocess.run([sys.executable, "-m", "reminders.cli", "endpoints", "add", url + "c",
+                            "--secret-file", "-", "--json"], env=env, input=secret,
+                           capture_output=True, text=True, timeout=60)
+    assert (piped.returncode, piped.stderr) == (0, "")
+    error(cli("endpoints", "add", url), 2, "give the signing secret with one of --secret-file "
+          "PATH ('-' for stdin), --secret-env NAME, or --secret (local stacks only)")
+    listed = cli("endpoints", "list", "--json").json()
+    assert [e["url"] for e in listed] == [url, url + "b", url + "c"]
+    assert all("secret" not in e for e in listed)
+    assert secret not in cli("endpoints", "list").out
+
+
+def test_a_rule_with_every_occurrence_in_the_past_is_refused(cli: Cli, conn: db.Connection,
+                                                            hook: str) -> None:
+    got = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
+              "--to", hook, "--rrule", "FREQ=DAILY;COUNT=2", "--tz", "Europe/Berlin",
+              "--start", "2026-01-01T09:00")
+    error(got, 2, "--rrule: no occurrence at or after now (2027-03-01T09:00:00+00:00); nothing "
+                  "would ever be delivered")
+    assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["list", "--limit", "-5"], "argument --limit: must be from 1 to 10000, got -5"),
+    (["list", "--limit", "0"], "argument --limit: must be from 1 to 10000, got 0"),
+    (["work", "--max-seconds", "-1"],
+     "argument --max-seconds: must be more than 0 and at most 86400, got -1"),
+    (["work", "--max-seconds", "nan"],
+     "argument --max-seconds: must be more than 0 and at most 86400, got nan"),
+    (["kinds", "set", "x", "--stale-after", "-3h"],
+     "--stale-after: not a duration: '-3h' (try 90s, 15m, 3h, 2d or PT3H)"),
+], ids=["negative limit", "zero limit", "negative max-seconds", "nan max-seconds",
+        "negative duration"])
+def test_a_negative_number_is_refused_by_its_flag(cli: Cli, args: list[str], line: str) -> None:
+    got = cli(*args)
+    assert (got.code, got.out) == (2, "")
+    assert got.err in (f"reminders: error: {line}\n", f"reminders: error: {line} (see --help)\n")
+
+
+@pytest.mark.parametrize(("flags", "line"), [
+    (["--recipient", "a\nb@example.com"], "--recipient: recipient 'a\\nb@example.com' contains "
+                                          "a line break"),
+    (["--recipients", "ok@example.com,x:y@example.com"],
+     "--recipients: recipient 'x:y@example.com' contains ':' (the delivery key's separator)"),
+    (["--recipient", ""], "--recipient: empty; give a recipient such as alice or "
+                          "alice@example.com"),
+    (["--recipient", "   "], "--recipient: empty; give a recipient such as alice or "
+                             "alice@example.com"),
+], ids=["newline", "separator", "empty", "blank"])
+def test_a_recipient_that_makes_an_ambiguous_key_is_refused(
+        cli: Cli, conn: db.Connection, flags: list[str], line: str) -> None:
+    error(cli(*EMAIL, *flags), 2, line)
+    nothing_written(conn)
+
+
+def test_a_directory_as_recipients_file_says_so(cli: Cli, tmp_path: Path) -> None:
+    error(cli(*EMAIL, "--recipients-file", str(tmp_path)), 2,
+          f"--recipients-file: {str(tmp_path)!r} is a directory, not a file")
+
+
+def test_a_webhook_without_to_names_the_flag(cli: Cli) -> None:
+    error(cli("schedule", "--tenant", "acme", "--recipient", "a", "--channel", "webhook",
+              "--at", DUE), 2, "--channel webhook needs --to URL (a registered endpoint)")
+
+
+# ---------------------------------------------------------------- idempotent, exit codes
+
+
+def test_reschedule_names_flags_and_repeating_it_changes_nothing(cli: Cli,
+                                                                 conn: db.Connection) -> None:
+    cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1", "--json").json()
+    error(cli("reschedule", "k1"), 2, "reschedule needs --at, --revision, or --rrule/--tz/--start")
+    moved = cli("reschedule", "k1", "--at", "2027-03-02T09:00:00Z", "--json").json()
+    assert moved["changed"] is True
+    again = cli("reschedule", "k1", "--at", "2027-03-02T10:00:00+01:00", "--json").json()
+    assert again == {**moved, "changed": False}
+    assert conn.execute("select count(*) as n from deliveries").fetchone() == {"n": 2}
+    text = cli("reschedule", "k1", "--at", "2027-03-02T09:00:00Z")
+    assert (text.code, text.err) == (0, "")
+    assert text.out.splitlines()[0] == ("schedule k1 (tenant acme): unchanged (it already "
+                                        "says that)")
+    same_revision = cli("reschedule", "k1", "--revision", "1", "--json").json()
+    assert same_revision["changed"] is False
+
+
+def test_not_found_and_unreachable_have_their_own_exit_codes(cli: Cli, tmp_path: Path) -> None:
+    error(cli("show", "no-such-key"), 3, "no schedule or delivery with key 'no-such-key'")
+    error(cli("cancel", "no-such-key"), 3, "no schedule or delivery with key 'no-such-key'")
+    dead = f"postgresql://nobody:x@127.0.0.1:{stack.free_port()}/nothing"
+    got = Cli({**base_env(tmp_path), "DATABASE_URL": dead})("status")
+    assert (got.code, got.out) == (5, "")
+    assert got.err.startswith("reminders: error: cannot connect to Postgres")
+    assert got.err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- operator reads
+
+
+def test_list_filters_and_pages(cli: Cli, hook: str) -> None:
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com,c@example.com", "--json").json()
+    cli("schedule", "--tenant", "beta", "--recipient", "d@example.com", "--channel", "email",
+        "--at", "2027-03-02T09:00:00Z", "--json").json()
+    cli("schedule", "--tenant", "acme", "--recipient", "hook-user", "--channel", "webhook",
+        "--to", hook, "--at", "2027-03-03T09:00:00Z", "--json").json()
+
+    everything = cli("list", "--json").json()
+    assert [r["recipient"] for r in everything] == [
+        "a@example.com", "b@example.com", "c@example.com", "d@example.com", "hook-user"]
+    assert {"delivery_key", "tenant", "state", "reason", "kind", "due_at"} <= set(everything[0])
+    assert [r["tenant"] for r in cli("list", "--tenant", "beta", "--json").json()] == ["beta"]
+    assert [r["recipient"] for r in cli("list", "--channel", "webhook", "--json").json()] == [
+        "hook-user"]
+    assert len(cli("list", "--state", "scheduled", "--kind", "default", "--json").json()) == 5
+    ranged = cli("list", "--due-from", "2027-03-02T00:00:00Z", "--due-to",
+                 "2027-03-03T00:00:00Z", "--json").json()
+    assert [r["recipient"] for r in ranged] == ["d@example.com"]
+    assert cli("list", "--recipient", "b@example.com", "--json").json()[0]["recipient"] == (
+        "b@example.com")
+
+    page = cli("list", "--limit", "2")
+    assert page.code == 0 and page.err == ""
+    lines = page.out.splitlines()
+    assert lines[0].split()[:4] == ["DUE", "STATE", "TENANT", "KIND"]
+    assert len(lines) == 4 and lines[-1].startswith("more match: next page with --after ")
+    cursor = lines[-1].rsplit(" ", 1)[1]
+    rest = cli("list", "--limit", "2", "--after", cursor, "--json")
+    assert [r["recipient"] for r in json.loads(rest.out)] == ["c@example.com", "d@example.com"]
+    assert rest.err.startswith("reminders: list: more match; next page: --after ")
+    error(cli("list", "--after", "garbage"), 2,
+          "--after: expected the cursor a previous page printed (DUE/ID), got 'garbage'")
+
+
+def test_show_text_has_the_timeline_and_status_the_paused_tenants(cli: Cli) -> None:
+    got = cli(*EMAIL, "--recipient", "zoë@example.com", "--key", "k1", "--json").json()
+    key = got["delivery_key"]
+    assert "zoë" in cli(*EMAIL, "--recipient", "zoë@example.com", "--key", "k1", "--json").out
+    cli("cancel", "k1")
+    text = cli("show", key)
+    assert (text.code, text.err) == (0, "")
+    lines = text.out.splitlines()
+    assert lines[0] == f"{key}: suppressed (cancelled)"
+    assert lines[1] == (f"  tenant acme, kind default, recipient zoë@example.com on email, "
+                        f"due {DUE}, schedule k1")
+    cli("tenants", "pause", "acme", "--json").json()
+    status = cli("status", "--json").json()
+    assert status["paused_tenants"] == ["acme"]
+    assert "paused tenants: acme" in cli("status").out
+    listed = cli("tenants", "list", "--json").json()
+    assert [(t["tenant"], t["paused"]) for t in listed] == [("acme", True)]
+    table = cli("tenants", "list").out.splitlines()
+    assert table[0].split() == ["TENANT", "PAUSED", "PENDING", "SCHEDULES"]
+    assert table[1].split() == ["acme", "yes", "0", "0"]
+
+
+def test_text_output_has_no_python_reprs(cli: Cli) -> None:
+    cli("kinds", "set", "trip", "--stale-after", "3h", "--backoff-cap", "1h20m", "--json").json()
+    kinds = cli("kinds", "list").out
+    assert "{" not in kinds and "10800" not in kinds
+    trip = next(line for line in kinds.splitlines() if line.startswith("trip"))
+    assert trip.split() == ["trip", "3h", "8", "3", "30s..1h20m", "30d"]
+    one = cli("kinds", "set", "trip").out
+    assert one == ("kind trip: stale after 3h, max attempts 8, redrive budget 3, backoff 30s "
+                   "to 1h20m, retention 30d\n")
+    cli("opt-out", "--tenant", "acme", "--recipient", "bob", "--channel", "sms")
+    outs = cli("opt-outs", "list").out.splitlines()
+    assert outs[0].split() == ["TENANT", "RECIPIENT", "CHANNEL", "SINCE"]
+    assert outs[1].split()[:3] == ["acme", "bob", "sms"]
+    assert cli("opt-outs", "list", "--channel", "email", "--json").json() == []
+
+
+def test_a_schedule_has_a_text_form(cli: Cli) -> None:
+    got = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1")
+    assert (got.code, got.err) == (0, "")
+    lines = got.out.splitlines()
+    assert lines[0] == "schedule k1 (tenant acme): created"
+    assert lines[1].split() == ["RECIPIENT", "DUE", "STATE", "DELIVERY", "KEY"]
+    again = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1")
+    assert again.out.splitlines()[0] == "schedule k1 (tenant acme): already existed, unchanged"
+
+
+def test_bulk_reconcile_with_a_dry_run_a_limit_and_a_recorded_reason(
+        cli: Cli, conn: db.Connection) -> None:
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com,c@example.com", "--json").json()
+    cli("schedule", "--tenant", "beta", "--recipient", "d@example.com", "--channel", "email",
+        "--at", DUE, "--json").json()
+    conn.execute("update deliveries set state = 'dead', reason = 'retry budget spent'")
+    bulk = ("reconcile", "--state", "dead", "--tenant", "acme", "--as", "retry", "--reason",
+            "SES identity fixed")
+
+    error(cli("reconcile", "--state", "dead", "--as", "retry", "--reason", "x"), 2,
+          "without a KEY, reconcile needs --tenant or --kind to bound it")
+    dry = cli(*bulk, "--dry-run", "--limit", "2", "--json").json()
+    assert (dry["dry_run"], dry["matched"], dry["more"], dry["reconciled"]) == (
+        True, 2, True, [])
+    assert [d["state"] for d in dry["would_reconcile"]] == ["dead", "dead"]
+    assert conn.execute("select count(*) as n from deliveries where state = 'dead'"
+                        ).fetchone() == {"n": 4}
+
+    done = cli(*bulk, "--json").json()
+    assert (done["matched"], done["more"], done["failed"]) == (3, False, [])
+    assert {d["state"] for d in done["reconciled"]} == {"scheduled"}
+    states = conn.execute("select tenant, state from deliveries order by id").fetchall()
+    assert [r["state"] for r in states] == ["scheduled", "scheduled", "scheduled", "dead"]
+    key = done["reconciled"][0]["delivery_key"]
+    events = cli("show", key, "--json").json()["events"]
+    assert events[-1]["actor"] == "operator" and events[-1]["event"] == "reconciled as retry"
+    assert events[-1]["detail"].startswith("SES identity fixed (bulk, by ")
+    assert "reconciled as retry" in cli("show", key).out
+    again = cli(*bulk)
+    assert (again.code, again.out) == (0, "reconciled 0 dead deliveries as retry\n")
+
+
+def test_a_mistyped_command_gets_a_suggestion_and_version_is_a_flag(cli: Cli) -> None:
+    got = cli("stauts")
+    assert (got.code, got.out) == (2, "")
+    assert got.err.rstrip().endswith("; did you mean 'status'? (see --help)")
+    version = cli("--version")
+    assert (version.code, version.err) == (0, "")
+    assert version.out.startswith("reminders ")
+
+
+def test_status_splits_lateness_and_watches(cli: Cli) -> None:
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com", "--json").json()
+    cli("kinds", "set", "trip", "--json").json()
+    cli("schedule", "--tenant", "beta", "--recipient", "d@example.com", "--channel", "email",
+        "--kind", "trip", "--at", "2027-03-01T09:08:00Z", "--json").json()
+    later = "2027-03-01T10:30:00Z"
+    got = cli("status", "--json", now=later).json()
+    assert got["overdue_by"] == [
+        {"tenant": "acme", "kind": "default", "channel": "email", "overdue": 2,
+         "oldest_overdue_seconds": 5100.0},
+        {"tenant": "beta", "kind": "trip", "channel": "email", "overdue": 1,
+         "oldest_overdue_seconds": 4920.0}]
+    text = cli("status", now=later).out
+    assert "oldest overdue: 1h25m;" in text
+    assert "acme    default  email    2        1h25m" in text
+    watched = cli("status", "--watch", "0.1", "--times", "2", "--json", now=later)
+    assert watched.code == 0 and watched.out.count('"by_state"') == 2
+
+
+def test_a_dead_part_of_the_local_stack_is_named_not_no_database(
+        database_url: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    dead = f"http://127.0.0.1:{stack.free_port()}"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+    pid = int(finished.stdout)  # a process that has exited
+    recorded = stack.LocalStack(
+        database_url=database_url, endpoint_url=dead, region="us-east-1",
+        queues={q: f"{dead}/000000000000/{q}" for q in ("deliveries", "dlq", "parking")},
+        receiver_url="http://127.0.0.1:1", receiver_secret=new_secret(), pgdata=str(tmp_path),
+        pids={"moto": pid})
+    (home / "local.json").write_text(json.dumps(recorded.as_json()))
+    got = Cli(base_env(tmp_path))("status", "--json", AWS_MAX_ATTEMPTS="1")
+    assert got.code == 4  # Postgres answered; the queues did not
+    assert json.loads(got.out)["total"] == 0
+    lines = got.err.splitlines()
+    assert lines[0] == (f"reminders: warning: the local stack's moto (pid {pid}) is not "
+                        "running; `reminders local up` restarts it")
+    assert lines[1].startswith("reminders: status: queues unreachable: AWS: ")
+
+
+def test_an_endpoint_is_rotated_and_removed(cli: Cli, conn: db.Connection) -> None:
+    url = "https://hooks.example.com/r"
+    cli("endpoints", "add", url, "--secret", new_secret(), "--json").json()
+    fresh = new_secret()
+    rotated = cli("endpoints", "rotate-secret", url, "--secret-env", "S", "--json", S=fresh).json()
+    assert rotated["url"] == url and rotated["action"] == "rotate-secret"
+    assert conn.execute("select secret from endpoints").fetchone() == {"secret": fresh}
+    error(cli("endpoints", "remove", url, "--tenant", "acme"), 3,
+          f"no endpoint {url} registered for tenant acme")
+    gone = cli("endpoints", "remove", url)
+    assert (gone.code, gone.out, gone.err) == (0, f"endpoint removed: {url}\n", "")
+    assert cli("endpoints", "list").out == "no endpoints\n"
+
+
+def test_bash_completion_knows_every_command(tmp_path: Path) -> None:
+    script = Cli(base_env(tmp_path))("completion", "bash")
+    assert script.code == 0 and "complete -F _reminders reminders" in script.out
+    probe = (f"{script.out}\nCOMP_WORDS=(reminders tenants ''); COMP_CWORD=2; _reminders; "
+             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(reminders list --st); COMP_CWORD=2; "
+             "_reminders; echo \"${COMPREPLY[@]}\"")
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.stdout.splitlines() == ["pause resume list --help", "--state"]
+
+
+def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connection) -> None:
+    made = cli(*EMAIL, "--recipients", "a@example.com,b@example.com", "--key", "k1",
+               "--json").json()
+    dry = cli("cancel", "k1", "--dry-run", "--json").json()
+    assert dry == {"tenant": "acme", "schedule_key": "k1", "dry_run": True,
+                   "would_suppress": [d["delivery_key"] for d in made["deliveries"]]}
+    text = cli("cancel", "k1", "--dry-run").out.splitlines()
+    assert text[0] == "cancelling k1 would suppress 2 pending deliveries"
+    assert conn.execute("select count(*) as n from deliveries where state = 'scheduled'"
+                        ).fetchone() == {"n": 2}
+    assert cli("cancel", "k1", "--json").json()["suppressed"] == 2

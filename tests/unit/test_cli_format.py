@@ -1,0 +1,68 @@
+"""The command line's text: durations, tables, and one exit status per kind of failure."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from reminders import cli
+from reminders.cli_format import duration, table
+from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (10800.0, "3h"), (4800, "1h20m"), (90, "1m30s"), (0, "0s"), (None, "never"),
+    (timedelta(days=30), "30d"), (0.4, "0s"), (86400 + 61, "1d1m1s"), (-300, "-5m"),
+])
+def test_durations_read_as_people_write_them(value: float | timedelta | None,
+                                             text: str) -> None:
+    assert duration(value) == text
+
+
+def test_a_table_aligns_wide_characters_and_shows_no_reprs() -> None:
+    got = table(["name", "paused", "note"], [("東京", True, None), ("zoë", False, "a\nb")])
+    assert got.splitlines() == ["NAME  PAUSED  NOTE",
+                                "東京  yes     -",
+                                "zoë   no      a\\nb"]
+
+
+@pytest.mark.parametrize(("exc", "code"), [
+    (InvalidInput("x"), 2), (NotFound("x"), 3), (DatabaseUnavailable("x"), 5),
+    (Conflict("x", retryable=True), 6), (OverflowError("x"), 2),
+    (RuntimeError("x"), 1),
+])
+def test_each_kind_of_failure_has_its_exit_status(exc: Exception, code: int,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli._exit_for(exc) == code
+    err = capsys.readouterr().err
+    assert err.startswith("reminders: error: ") and err.count("\n") == 1
+
+
+def test_counts_are_words_not_dicts() -> None:
+    assert cli._counts_text({"unknown": 2, "retrying": 1, "dead": 0}) == "2 unknown, 1 retrying"
+    assert cli._counts_text({}) == "0"
+    assert cli._counts_text(3) == "3"
+
+
+def test_a_negative_value_is_handed_to_its_flag() -> None:
+    assert cli._join_negative_values(["kinds", "set", "x", "--stale-after", "-3h", "--json"]) == [
+        "kinds", "set", "x", "--stale-after=-3h", "--json"]
+    assert cli._join_negative_values(["list", "--state", "dead"]) == ["list", "--state", "dead"]
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import argparse
+
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}")
+            elif not action.help:
+                missing.append(f"{path} {action.option_strings or action.dest}")
+
+    walk(cli.build_parser(), "reminders")
+    assert missing == []
