@@ -138,10 +138,9 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
         share = -(-room // max(1, int(tenants.get("n") or 0)))  # ceil: every tenant gets one
 
         def lease(n: int = room, share: int = share) -> list[db.Row]:
-            with db.transaction(conn):
-                return db.fetch_all(conn, "lease_due", {
-                    "now": now, "batch": n, "share": share,
-                    "lease_seconds": limits.lease_seconds})
+            # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
+            return db.fetch_all(conn, "lease_due", {
+                "now": now, "batch": n, "share": share, "lease_seconds": limits.lease_seconds})
 
         leased = db.retrying(lease)
         if not leased:

@@ -231,7 +231,7 @@ with candidates as (  -- two ranges of the lease-expiry index, each bounded: no 
     join schedules s on s.id = d.schedule_id
     join kinds k on k.name = s.kind
     left join attempts a on a.delivery_id = d.id and a.attempt_no = d.send_attempt
-    where d.id in (select id from candidates) and d.state = 'leased'
+    where d.id in (select id from candidates) and (d.state = 'leased') is true
       and (d.lease_expires_at < %(now)s
            or (d.send_attempt is null
                and d.lease_expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)))
@@ -353,6 +353,8 @@ with old as (
     join kinds k on k.name = s.kind
     where d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
       and not d.advance_series and d.updated_at < %(now)s - k.retention
+      -- the shortest retention bounds the index range: rows younger are never read
+      and d.updated_at < %(now)s - (select min(retention) from kinds)
     order by d.updated_at, d.id
     limit %(limit)s
     for update of d skip locked
