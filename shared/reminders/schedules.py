@@ -275,6 +275,12 @@ def _lock(conn: db.Connection, tenant: str, key: str) -> db.Row:
     return row
 
 
+# What a reschedule may change, as (request field, schedule column).
+_RESCHEDULED_FIELDS = (("at", "at"), ("rrule", "rrule"), ("tz", "tz"),
+                       ("local_start", "local_start"), ("gap", "gap_policy"),
+                       ("overlap", "overlap_policy"), ("revision", "revision"))
+
+
 def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                at: datetime | None = None, revision: str | None = None,
                recurrence: Recurrence | None = None) -> ScheduleResult:
@@ -282,7 +288,8 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
 
     Pending deliveries are suppressed (reason ``rescheduled``) and replaced, in a new
     generation, so a message already in flight for the old one is dropped on re-check.
-    A revision bump with nothing pending changes the record only: nothing is resent.
+    A revision bump with nothing pending changes the record only: nothing is resent. The same
+    request again changes nothing (``created`` false, the current deliveries).
     """
     validate_tenant(tenant)
     if at is None and revision is None and recurrence is None:
@@ -298,9 +305,6 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
             raise InvalidInput(f"schedule {key!r} recurs; give a new rule, not an instant")
         if recurrence is not None and not is_recurring:
             raise InvalidInput(f"schedule {key!r} is one-off; give a new instant, not a rule")
-        superseded = db.fetch_all(conn, "deliveries_supersede_pending", {
-            "schedule_id": current["id"], "tenant": tenant, "reason": "rescheduled", "now": now})
-        pending = {r["recipient"]: r["occurrence_at"] for r in superseded}
         rec = recurrence
         fields = {"at": at if at is not None else current["at"],
                   "rrule": rec.rrule if rec else current["rrule"],
@@ -309,6 +313,18 @@ def reschedule(conn: db.Connection, *, tenant: str, key: str, now: datetime,
                   "gap": rec.gap if rec else current["gap_policy"],
                   "overlap": rec.overlap if rec else current["overlap_policy"],
                   "revision": revision if revision is not None else current["revision"]}
+        if current["state"] == "active" and all(
+                fields[name] == current[column] for name, column in _RESCHEDULED_FIELDS):
+            # The same request again (a retry): nothing changes, nothing is sent again.
+            rows = db.fetch_all(conn, "deliveries_of_schedule_generation", {
+                "schedule_id": current["id"], "tenant": tenant,
+                "generation": current["generation"]})
+            return ScheduleResult(tenant, key, int(current["id"]), False, [
+                DeliveryRef(r["recipient"], r["delivery_key"], r["due_at"], r["state"])
+                for r in rows])
+        superseded = db.fetch_all(conn, "deliveries_supersede_pending", {
+            "schedule_id": current["id"], "tenant": tenant, "reason": "rescheduled", "now": now})
+        pending = {r["recipient"]: r["occurrence_at"] for r in superseded}
         updated = db.fetch_one(conn, "schedule_update", {
             "id": current["id"], "tenant": tenant, "now": now,
             "revive": at is not None or rec is not None, **fields})

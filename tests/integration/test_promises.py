@@ -481,3 +481,17 @@ def test_a_tick_goes_on_handing_over_while_consumers_make_room(
     out = tick(h)
     assert out["leased"] == 50 and out["passes"] == 5
     assert {delivery(h, k)["state"] for k in keys} == {"sent"}
+
+
+def test_the_same_reschedule_twice_changes_nothing_the_second_time(harness: Harness) -> None:
+    h = harness
+    (first,) = schedule_webhook(h, "moved", at=h.clock.now() + minutes(30))
+    later = h.clock.now() + minutes(60)
+    once = schedules.reschedule(h.conn, tenant="acme", key="moved", now=h.clock.now(), at=later)
+    again = schedules.reschedule(h.conn, tenant="acme", key="moved", now=h.clock.now(),
+                                 at=later)
+    assert [d.delivery_key for d in again.deliveries] == [d.delivery_key for d in once.deliveries]
+    assert delivery(h, first)["state"] == "suppressed"
+    assert h.conn.execute("select generation from schedules where schedule_key = 'moved'"
+                          ).fetchone() == {"generation": 1}
+    assert h.conn.execute("select count(*) as n from deliveries").fetchone() == {"n": 2}
