@@ -51,7 +51,6 @@ from tests.bench.support import (
     add_rows,
     add_schedule,
     backlog,
-    count_round_trips,
     fresh_db,
     index_reads,
     make_base,
@@ -61,6 +60,7 @@ from tests.bench.support import (
     sqs_event,
     timed,
 )
+from tests.round_trips import count_round_trips
 
 Figures = dict[str, Any]
 BATCH = 100  # the deployed scanBatch

@@ -208,25 +208,6 @@ def index_reads(conn: db.Connection, work: Callable[[], Any]) -> dict[str, int]:
             if after[name] != before.get(name, 0)}
 
 
-def count_round_trips(conn: db.Connection, work: Callable[[], Any]) -> int:
-    """Client messages that wait for the server, from libpq's protocol trace: a Sync, a simple
-    Query, or a Flush that asks for results (one sent right after a Sync waits for nothing
-    more). The same count as tests/integration/test_promises.py."""
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as trace:
-        conn.pgconn.trace(trace.fileno())
-        try:
-            work()
-        finally:
-            conn.pgconn.untrace()
-        trace.seek(0)
-        sent = [f[3].split(" ")[0] for f in (line.split("\t") for line in
-                                               trace.read().splitlines())
-                if len(f) > 3 and f[1] == "F"]
-    return sum(1 for i, kind in enumerate(sent)
-               if kind in ("Sync", "Query") or (kind == "Flush" and sent[i - 1] != "Sync"))
-
 
 def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)

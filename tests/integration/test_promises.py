@@ -31,6 +31,7 @@ from tests.integration.pipeline_helpers import (
     tick,
     work,
 )
+from tests.round_trips import count_round_trips
 
 
 def _urls(h: Harness) -> Any:
@@ -403,25 +404,6 @@ def test_a_batch_costs_four_database_round_trips_whatever_its_size(harness: Harn
     assert {delivery(h, k)["state"] for k in keys} == {"sent"}
     assert syncs == 4
 
-
-def count_round_trips(conn: db.Connection, work: Any) -> int:
-    """Client messages that wait for the server, from libpq's protocol trace: a Sync, a simple
-    Query, or a Flush that asks for results (one sent right after a Sync waits for nothing
-    more)."""
-    import tempfile
-
-    with tempfile.TemporaryFile("w+") as trace:
-        conn.pgconn.trace(trace.fileno())
-        try:
-            work()
-        finally:
-            conn.pgconn.untrace()
-        trace.seek(0)
-        sent = [f[3].split(" ")[0] for f in (line.split("\t") for line in
-                                               trace.read().splitlines())
-                if len(f) > 3 and f[1] == "F"]
-    return sum(1 for i, kind in enumerate(sent)
-               if kind in ("Sync", "Query") or (kind == "Flush" and sent[i - 1] != "Sync"))
 
 
 def test_a_failure_inside_a_pipeline_keeps_nothing_half_done(harness: Harness) -> None:
