@@ -71,7 +71,8 @@ def recheck(row: db.Row, token: Any, now: datetime) -> Decision:
     check = content_check(row, now)
     if check.action == "send" and row["attempts_made"] - row["attempts_base"] >= \
             row["max_attempts"]:
-        return Decision("settle", "dead", f"attempt budget spent ({row['max_attempts']} of "
+        spent = row["attempts_made"] - row["attempts_base"]
+        return Decision("settle", "dead", f"attempt budget spent ({spent} of "
                                           f"{row['max_attempts']})")
     return check
 

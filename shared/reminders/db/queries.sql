@@ -553,9 +553,6 @@ insert into delivery_events (tenant, delivery_id, at, actor, event, detail)
 select r.tenant, r.id, %(now)s, %(actor)s, r.event, r.detail
 from unnest(%(tenants)s::text[], %(ids)s::bigint[], %(events)s::text[], %(details)s::text[])
     as r(tenant, id, event, detail);
-
--- name: deliveries_exist
-select id from deliveries where id = any(%(ids)s::bigint[]);
 -- ---------------------------------------------------------------- operator reads
 
 -- name: status_by_state
