@@ -106,10 +106,11 @@ RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 
 def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason: str,
-              now: datetime) -> dict[str, Any]:
+              now: datetime, by: str | None = None) -> dict[str, Any]:
     """Settle a parked delivery (typically ``unknown``) after an operator checked what the
     receiver got: ``sent`` (it arrived), ``failed``/``dead`` (give up), or ``retry`` (due again
-    now, with the same delivery key). Recorded as an operator event."""
+    now, with the same delivery key). Recorded as an operator event; ``by`` (who asked, e.g.
+    the caller's IAM identity) is added to the event's detail."""
     from reminders.errors import InvalidInput
 
     if target not in RECONCILE_TARGETS:
@@ -142,7 +143,7 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
                                "dead, stale or suppressed deliveries can be reconciled")
         db.execute(conn, "event_add", {"tenant": tenant, "id": row["id"], "now": now,
                                        "actor": "operator", "event": f"reconciled as {target}",
-                                       "detail": reason.strip()})
+                                       "detail": reason.strip() + (f" (by {by})" if by else "")})
     return {"delivery_key": key, "tenant": tenant, "state": row["state"], "reason": row["reason"]}
 
 

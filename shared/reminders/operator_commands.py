@@ -1,0 +1,272 @@
+"""The operator commands, once: ``status``, ``show``, ``list``, ``reconcile``, ``cancel`` and
+``tenants pause|resume|list``.
+
+Each takes a connection and plain values (strings as typed on the command line) and returns an
+:class:`Outcome`: the JSON data, its text form, the exit status and any lines for stderr. The
+local command line (``reminders.cli``) and the operations function (``functions/ops``) call the
+same functions, so a command prints and exits the same way against a local database and
+against the deployed stack. Errors are raised as :mod:`reminders.errors` types; the caller
+turns them into one line and an exit status (:func:`error_line`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from reminders import db
+from reminders.errors import InvalidInput, NotFound, RemindersError
+from reminders.outcome import EXIT_PARTIAL_FAILURE, Outcome, first_line
+
+# The states a bulk reconcile may select.
+BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
+# Latest year an instant may have: room for any duration (at most 3650 days) to be added.
+LAST_YEAR = 9980
+
+
+def instant(text: str, flag: str) -> datetime:
+    """An ISO-8601 instant with an offset, in UTC, refused (not crashed on) when out of range."""
+    from datetime import UTC
+
+    from reminders.clock import parse_instant
+
+    try:
+        value = parse_instant(text, flag).astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(f"{flag}: out of range: {text!r}") from None
+    if value.year >= LAST_YEAR:
+        raise InvalidInput(f"{flag}: out of range: {text!r} "
+                           f"(the latest year accepted is {LAST_YEAR - 1})")
+    return value
+
+
+def _optional_instant(text: str | None, flag: str) -> datetime | None:
+    return instant(text, flag) if text else None
+
+
+def resolve_tenant(conn: db.Connection, key: str, tenant: str | None) -> str:
+    if tenant:
+        return tenant
+    rows = db.fetch_all(conn, "schedule_tenants_for_key", {"key": key})
+    tenants = sorted({r["tenant"] for r in rows})
+    if not tenants:
+        raise NotFound(f"no schedule or delivery with key {key!r}")
+    if len(tenants) > 1:
+        raise InvalidInput(f"key {key!r} exists for tenants {', '.join(tenants)}; pass --tenant")
+    return str(tenants[0])
+
+
+def schedule_key(conn: db.Connection, key: str, tenant: str) -> str:
+    """A delivery key names its schedule; a schedule key names itself."""
+    row = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
+    return str(row["schedule_key"]) if row else key
+
+
+# ---------------------------------------------------------------- reads
+
+
+QueueCounts = Callable[[], dict[str, dict[str, int]]]
+
+
+def status(conn: db.Connection, *, now: datetime, tenant: str | None = None,
+           queue_counts: QueueCounts | None = None) -> Outcome:
+    """What Postgres knows and, when ``queue_counts`` is given, the queues' counts beside it.
+    Queues that do not answer are a partial failure (exit 4); Postgres' counts still print."""
+    from reminders import operator
+
+    data = operator.status(conn, now=now, tenant=tenant)
+    if queue_counts is not None:
+        try:
+            data["queues"] = queue_counts()
+        except Exception as exc:  # Postgres answered; say the transport did not
+            if not type(exc).__module__.startswith(("botocore", "urllib3", "reminders")):
+                raise
+            data["queues_error"] = f"AWS: {first_line(exc)}"
+    outcome = Outcome(data, operator.status_text(data))
+    if data.get("queues_error"):
+        outcome.code = EXIT_PARTIAL_FAILURE
+        outcome.notes.append(f"status: queues unreachable: {data['queues_error']}")
+    return outcome
+
+
+def show(conn: db.Connection, *, key: str, tenant: str | None) -> Outcome:
+    from reminders import operator
+
+    data = operator.show(conn, key=key, tenant=resolve_tenant(conn, key, tenant))
+    return Outcome(data, operator.show_text(data))
+
+
+def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None,
+                    tenant: str | None = None, kind: str | None = None,
+                    channel: str | None = None, recipient: str | None = None,
+                    due_from: str | None = None, due_to: str | None = None,
+                    after: str | None = None) -> Outcome:
+    """A page of deliveries by due time; the next page's cursor (``--after DUE/ID``) goes in
+    the text, or to stderr with ``--json``."""
+    from reminders import operator
+    from reminders.cli_format import table
+
+    cursor_after: tuple[datetime, int] | None = None
+    if after:
+        stamp, _, ident = after.rpartition("/")
+        if not stamp or not ident.isdigit():
+            raise InvalidInput(f"--after: expected the cursor a previous page printed "
+                               f"(DUE/ID), got {after!r}")
+        cursor_after = (instant(stamp, "--after"), int(ident))
+    rows, more = operator.deliveries(
+        conn, limit=limit, state=state, tenant=tenant, kind=kind, channel=channel,
+        recipient=recipient, due_from=_optional_instant(due_from, "--due-from"),
+        due_to=_optional_instant(due_to, "--due-to"), after=cursor_after)
+    cursor = f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None
+    for r in rows:
+        del r["id"]
+    outcome = Outcome(rows, None)
+    if cursor:
+        outcome.json_notes.append(f"list: more match; next page: --after {cursor}")
+    if not rows:
+        outcome.text = f"no {state} deliveries" if state else "no deliveries match"
+        return outcome
+    lines = [table(["due", "state", "tenant", "kind", "channel", "recipient", "tries",
+                    "delivery key", "reason"],
+                   [(r["due_at"], r["state"], r["tenant"], r["kind"], r["channel"],
+                     r["recipient"], r["attempts_made"], r["delivery_key"], r["reason"])
+                    for r in rows])]
+    if cursor:
+        lines.append(f"more match: next page with --after {cursor}")
+    outcome.text = "\n".join(lines)
+    return outcome
+
+
+def tenants_list(conn: db.Connection) -> Outcome:
+    from reminders import operator
+    from reminders.cli_format import table
+
+    rows = operator.tenants(conn)
+    return Outcome(rows, table(["tenant", "paused", "pending", "schedules"], [
+        (r["tenant"], r["paused"], r["pending"], r["schedules"]) for r in rows])
+        if rows else "no tenants")
+
+
+# ---------------------------------------------------------------- writes
+
+
+def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: str | None,
+              as_: str, reason: str, by: str | None = None, state: str | None = None,
+              kind: str | None = None, due_from: str | None = None, due_to: str | None = None,
+              limit: int = 100, dry_run: bool = False) -> Outcome:
+    """One delivery by KEY, or (without one) every delivery of ``state`` in a tenant or kind
+    and a due range, at most ``limit``. ``by`` names who asked; it is recorded with each
+    delivery's operator event."""
+    from reminders import operator
+
+    if key is None:
+        return _reconcile_bulk(conn, now=now, tenant=tenant, as_=as_, reason=reason, by=by,
+                               state=state, kind=kind, due_from=due_from, due_to=due_to,
+                               limit=limit, dry_run=dry_run)
+    if dry_run or state or kind or due_from or due_to:
+        raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
+                           "reconciling many deliveries: give them instead of a KEY")
+    data = operator.reconcile(conn, key=key, tenant=resolve_tenant(conn, key, tenant),
+                              target=as_, reason=reason, now=now, by=by)
+    return Outcome(data, f"{data['delivery_key']}: {data['state']} ({data['reason']})")
+
+
+def _reconcile_bulk(conn: db.Connection, *, now: datetime, tenant: str | None, as_: str,
+                    reason: str, by: str | None, state: str | None, kind: str | None,
+                    due_from: str | None, due_to: str | None, limit: int,
+                    dry_run: bool) -> Outcome:
+    from reminders import operator
+    from reminders.cli_format import table
+
+    if state not in BULK_STATES:
+        raise InvalidInput("without a KEY, reconcile needs --state (one of "
+                           f"{', '.join(BULK_STATES)}) and --tenant or --kind")
+    if not (tenant or kind):
+        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
+    if not reason.strip():
+        raise InvalidInput("--reason: say what you checked")
+    start = _optional_instant(due_from, "--due-from")
+    end = _optional_instant(due_to, "--due-to")
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    rows, more = operator.deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
+                                     due_from=start, due_to=end)
+    for row in rows:
+        if dry_run:
+            done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                         "state": row["state"], "reason": row["reason"]})
+            continue
+        try:
+            done.append(operator.reconcile(
+                conn, key=row["delivery_key"], tenant=row["tenant"], target=as_,
+                reason=f"{reason.strip()} (bulk, by {by or 'unknown'})", now=now))
+        except RemindersError as exc:
+            failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                           "error": str(exc)})
+    data = {"dry_run": dry_run, "as": as_, "matched": len(rows), "more": more,
+            "reconciled": [] if dry_run else done,
+            "would_reconcile": done if dry_run else [], "failed": failed}
+    verb = "would reconcile" if dry_run else "reconciled"
+    text = f"{verb} {len(done)} {state} deliveries as {as_}" + (
+        f"; {len(failed)} refused" if failed else "") + (
+        f"; more match than --limit {limit}" if more else "")
+    if done:
+        text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
+            (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
+    for f in failed:
+        text += f"\nrefused: {f['delivery_key']}: {f['error']}"
+    outcome = Outcome(data, text)
+    if failed:
+        outcome.code = EXIT_PARTIAL_FAILURE
+        outcome.notes.append(f"reconcile: partial failure: {len(failed)} of {len(rows)} "
+                             "refused")
+    return outcome
+
+
+def cancel(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
+           dry_run: bool = False) -> Outcome:
+    """Cancel a schedule (by its key or one of its deliveries' keys); again changes nothing.
+    ``dry_run`` lists the pending deliveries it would suppress."""
+    from reminders import schedules
+    from reminders.clock import iso
+
+    owner = resolve_tenant(conn, key, tenant)
+    key = schedule_key(conn, key, owner)
+    current = db.fetch_one(conn, "schedule_get", {"tenant": owner, "schedule_key": key})
+    if dry_run:
+        pending = [r for r in db.fetch_all(conn, "deliveries_of_schedule",
+                                           {"key": key, "tenant": owner})
+                   if r["state"] in ("scheduled", "retrying", "leased")]
+        cancelled = current is not None and current["state"] == "cancelled"
+        return Outcome({"tenant": owner, "schedule_key": key, "dry_run": True,
+                        "would_suppress": [r["delivery_key"] for r in pending]},
+                       f"{key} is already cancelled" if cancelled else
+                       f"cancelling {key} would suppress {len(pending)} pending deliveries"
+                       + "".join(f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
+                                 for r in pending))
+    if current is not None and current["state"] == "cancelled":
+        n, changed = 0, False
+    else:
+        n, changed = schedules.cancel(conn, tenant=owner, key=key, now=now), True
+    return Outcome({"tenant": owner, "schedule_key": key, "suppressed": n, "changed": changed},
+                   f"cancelled {key}: {n} pending deliveries suppressed" if changed
+                   else f"{key} was already cancelled: nothing changed")
+
+
+def tenants_set(conn: db.Connection, *, tenant: str, paused: bool,
+                create: bool = False) -> Outcome:
+    """Pause (its deliveries wait, nothing is lost) or resume a tenant; again changes nothing.
+    A tenant that never scheduled anything needs ``create``."""
+    from reminders import schedules
+
+    schedules.validate_tenant(tenant)
+    row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
+    if row is None and not create:
+        raise NotFound(f"no tenant {tenant!r} (it has never scheduled anything); "
+                       "pass --create to pause it before it does")
+    changed = row is None or bool(row["paused"]) != paused
+    schedules.set_tenant_paused(conn, tenant=tenant, paused=paused)
+    return Outcome({"tenant": tenant, "paused": paused, "changed": changed},
+                   f"tenant {tenant} {'paused' if paused else 'resumed'}"
+                   + ("" if changed else " (already)"))
