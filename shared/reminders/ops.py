@@ -65,16 +65,17 @@ class Arg:
             return value
         if not isinstance(value, str):
             raise InvalidInput(f"{flag}: must be text, got {type(value).__name__}")
-        if self.choices and value not in self.choices:
-            raise InvalidInput(f"{flag}: must be one of {', '.join(self.choices)}, got "
-                               f"{value[:40]!r}")
+        if self.choices:
+            if value not in self.choices:
+                raise InvalidInput(f"{flag}: must be one of {', '.join(self.choices)}, got "
+                                   f"{value[:40]!r}")
+            return value
         if len(value) > self.max_length:
             raise InvalidInput(f"{flag}: longer than {self.max_length} characters")
-        for ch in ("\x00", "\n", "\r"):
-            if ch in value and flag != "--reason":
-                raise InvalidInput(f"{flag}: contains a control character")
-        if "\x00" in value:
-            raise InvalidInput(f"{flag}: contains a NUL byte")
+        # A reason may run over lines; nothing else may, and nothing holds a NUL.
+        bad = ("\x00",) if flag == "--reason" else ("\x00", "\n", "\r")
+        if any(ch in value for ch in bad):
+            raise InvalidInput(f"{flag}: contains a control character")
         return value
 
 
@@ -249,7 +250,7 @@ def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable
             "claimed_arn": request.claimed_arn if request else None,
             "request_id": request_id})
         return result
-    audit = {"command": request.command, "args": request.args, "caller_arn": caller.arn,
+    audit = {"command": request.command, "arguments": request.args, "caller_arn": caller.arn,
              "claimed_arn": request.claimed_arn, "write": request.command in WRITES,
              "request_id": request_id}
     logger.info("operator command", extra=audit)
