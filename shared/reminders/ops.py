@@ -280,7 +280,12 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
         return {name: queue.counts()
                 for name, queue in zip(("deliveries", "dlq", "parking"), rt_queues, strict=True)}
 
-    return handle(event, connection=rt.connection, now=rt.clock.now, queue_counts=queue_counts,
-                  sts_endpoint=sts_endpoint_from_env(os.environ),
-                  account=parts[4] if len(parts) > 4 and parts[4] else None,
-                  request_id=str(getattr(context, "aws_request_id", "") or ""))
+    try:
+        return handle(event, connection=rt.connection, now=rt.clock.now,
+                      queue_counts=queue_counts, sts_endpoint=sts_endpoint_from_env(os.environ),
+                      account=parts[4] if len(parts) > 4 and parts[4] else None,
+                      request_id=str(getattr(context, "aws_request_id", "") or ""))
+    finally:
+        # An operator's command is rare: hold no connection between them (the proxy's
+        # connection budget counts this function with migrate's one).
+        rt.close()
