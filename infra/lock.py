@@ -22,7 +22,9 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"
@@ -67,7 +69,7 @@ def render_lock(pins: dict[str, str]) -> str:
     return HEADER + "".join(f"{name}=={pins[name]}\n" for name in sorted(pins))
 
 
-def pins_from_report(report: dict[str, object]) -> dict[str, str]:
+def pins_from_report(report: Mapping[str, Any]) -> dict[str, str]:
     """The packages a ``pip install --report`` would install, the project itself left out."""
     pins: dict[str, str] = {}
     install = report.get("install")
@@ -104,7 +106,7 @@ def resolve(*, upgrade: bool, source: Path = REPO_ROOT) -> dict[str, str]:
             hint = "" if upgrade else (" (a current pin may no longer fit pyproject.toml: "
                                        "`make lock-upgrade` resolves everything afresh)")
             raise SystemExit(f"pip could not resolve the lock{hint}")
-        report: dict[str, object] = json.loads(report_path.read_text())
+        report: dict[str, Any] = json.loads(report_path.read_text())
     return pins_from_report(report)
 
 
