@@ -237,6 +237,13 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
     running, restarted = stack.start()
+    if args.env:  # for a shell's eval: the receiver's URL and secret as variables
+        from shlex import quote
+
+        print("\n".join([*(f"# {line}" for line in restarted.values()),
+                         f"export RECEIVER_URL={quote(running.receiver_url)}",
+                         f"export RECEIVER_SECRET={quote(running.receiver_secret)}"]))
+        return 0
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
@@ -1143,7 +1150,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = sub.add_parser("local", help="the one-machine stack")
     local_sub = local.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver")
+    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
+                             description="E.g. `eval \"$(reminders local up --env)\"`.")
+    p.add_argument("--env", action="store_true",
+                   help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
     _json_flag(p)
     p.set_defaults(func=cmd_local_up)
     p = local_sub.add_parser("down", help="stop them")
