@@ -1144,11 +1144,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.epilog = EXIT_STATUSES
     sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
-    p = sub.add_parser("migrate", help="apply database migrations")
+    p = sub.add_parser("migrate", help="apply database migrations",
+                       description="E.g. `DATABASE_URL=postgresql://... reminders migrate`.")
     _json_flag(p)
     p.set_defaults(func=cmd_migrate)
 
-    local = sub.add_parser("local", help="the one-machine stack")
+    local = sub.add_parser("local", help="the one-machine stack",
+                           description="E.g. `reminders local up`, then `reminders local down`.")
     local_sub = local.add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
                              description="E.g. `eval \"$(reminders local up --env)\"`.")
@@ -1156,17 +1158,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
     _json_flag(p)
     p.set_defaults(func=cmd_local_up)
-    p = local_sub.add_parser("down", help="stop them")
+    p = local_sub.add_parser("down", help="stop them",
+                             description="E.g. `reminders local down --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_local_down)
 
-    p = sub.add_parser("tick", help="one scanner pass")
+    p = sub.add_parser("tick", help="one scanner pass",
+                       description="E.g. `REMINDERS_NOW=2027-03-01T09:00:00Z reminders tick`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tick)
     p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle",
                        description="Feed the queues to the consumer and redrive handlers, as "
                                    "Lambda's event source mappings do, until the queues are "
-                                   "empty or --max-seconds has passed.",
+                                   "empty or --max-seconds has passed. E.g. `reminders "
+                                   "work --max-seconds 30 --json`.",
                        epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
     p.add_argument("--max-seconds", type=_seconds, default=60.0,
@@ -1201,7 +1206,8 @@ def build_parser() -> argparse.ArgumentParser:
     _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
-    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)")
+    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)",
+                          description="E.g. `reminders endpoints list --tenant acme`.")
     p.add_argument("--tenant", help="endpoints this tenant may use")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_list)
@@ -1221,7 +1227,8 @@ def build_parser() -> argparse.ArgumentParser:
     _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
-    p = k_sub.add_parser("list", help="kinds and their policies")
+    p = k_sub.add_parser("list", help="kinds and their policies",
+                         description="E.g. `reminders kinds list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
@@ -1293,7 +1300,8 @@ def build_parser() -> argparse.ArgumentParser:
         _reason_flag(p)
         _json_flag(p)
         p.set_defaults(func=cmd_tenants)
-    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries")
+    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries",
+                         description="E.g. `reminders tenants list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tenants_list)
 
@@ -1379,15 +1387,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_preview)
 
     p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
-                                          "bash)\"")
+                                          "bash)\"",
+                       description="E.g. `eval \"$(reminders completion bash)\"` in ~/.bashrc.")
     p.add_argument("shell", choices=["bash"], help="the shell (bash)")
     p.set_defaults(func=cmd_completion)
 
-    p = sub.add_parser("version", help="versions, including the time-zone data")
+    p = sub.add_parser("version", help="versions, including the time-zone data",
+                       description="E.g. `reminders version --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_version)
 
-    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock")
+    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock",
+                       description="E.g. `reminders demo` (or `make demo`).")
     _json_flag(p)
     p.set_defaults(func=cmd_demo)
 
@@ -1396,7 +1407,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a fault drill: schedule a batch, inject the fault, run "
                                    "the clock on until everything due has an outcome, and "
                                    "report what was done, the time to recover and every "
-                                   "violation of the invariants found (the goal is none).",
+                                   "violation of the invariants found (the goal is none). "
+                                   "E.g. `reminders drill consumer-kill --short --json`.",
                        epilog=_DRILL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=[*DRILLS, "all"], metavar="NAME|all",
                    help="a drill (listed below), or all of them")
