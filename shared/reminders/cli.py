@@ -237,6 +237,13 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
     running, restarted = stack.start()
+    if args.env:  # for a shell's eval: the receiver's URL and secret as variables
+        from shlex import quote
+
+        print("\n".join([*(f"# {line}" for line in restarted.values()),
+                         f"export RECEIVER_URL={quote(running.receiver_url)}",
+                         f"export RECEIVER_SECRET={quote(running.receiver_secret)}"]))
+        return 0
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
@@ -398,6 +405,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
             db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
         row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": url,
                                                   "secret": secret})
+        _record(conn, args, "added", "endpoint", url, args.tenant)
     emit(args, row, f"endpoint registered: {url}")
     return 0
 
@@ -415,6 +423,9 @@ def cmd_endpoints_change(args: argparse.Namespace) -> int:
     name = "endpoint_remove" if args.action == "remove" else "endpoint_rotate_secret"
     with _conn() as conn, db.transaction(conn):
         row = db.fetch_one(conn, name, params)
+        if row is not None:
+            _record(conn, args, "removed" if args.action == "remove" else "rotated the secret of",
+                    "endpoint", args.url, args.tenant)
     if row is None:
         whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
         raise NotFound(f"no endpoint {args.url} registered for {whose}")
@@ -466,11 +477,14 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
     base = parse_duration(args.backoff_base, "--backoff-base") if args.backoff_base else None
     cap = parse_duration(args.backoff_cap, "--backoff-cap") if args.backoff_cap else None
     keep = parse_duration(args.retention, "--retention") if args.retention else None
-    with _conn() as conn:
+    from reminders import db
+
+    with _conn() as conn, db.transaction(conn):
         row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap, retention=keep)
+        _record(conn, args, "set", "kind", row["name"], None)
     from reminders.cli_format import duration
 
     data = _kind_json(row)
@@ -743,7 +757,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         if current is not None and current["state"] == "cancelled":
             n, changed = 0, False
         else:
-            n, changed = schedules.cancel(conn, tenant=tenant, key=key, now=_now()), True
+            with db.transaction(conn):
+                n, changed = schedules.cancel(conn, tenant=tenant, key=key, now=_now()), True
+                _record(conn, args, "cancelled", "schedule", key, tenant)
     emit(args, {"tenant": tenant, "schedule_key": key, "suppressed": n, "changed": changed},
          f"cancelled {key}: {n} pending deliveries suppressed" if changed
          else f"{key} was already cancelled: nothing changed")
@@ -783,7 +799,11 @@ def cmd_tenants(args: argparse.Namespace) -> int:
             raise NotFound(f"no tenant {args.tenant!r} (it has never scheduled anything); "
                            "pass --create to pause it before it does")
         changed = row is None or bool(row["paused"]) != paused
-        schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
+        with db.transaction(conn):
+            schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
+            if changed:
+                _record(conn, args, "paused" if paused else "resumed", "tenant", args.tenant,
+                        args.tenant)
     emit(args, {"tenant": args.tenant, "paused": paused, "changed": changed},
          f"tenant {args.tenant} {'paused' if paused else 'resumed'}"
          + ("" if changed else " (already)"))
@@ -906,8 +926,6 @@ def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
     """Every parked delivery of a state in a tenant or kind (and a due range), at most
     --limit of them; --dry-run lists them and changes nothing. Each is recorded as an operator
     event with the reason and who ran it."""
-    import getpass
-
     from reminders import operator
     from reminders.cli_format import table
 
@@ -920,10 +938,7 @@ def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
         raise InvalidInput("--reason: say what you checked")
     due_from = _instant(args.due_from, "--due-from") if args.due_from else None
     due_to = _instant(args.due_to, "--due-to") if args.due_to else None
-    try:
-        who = getpass.getuser()
-    except (OSError, KeyError):
-        who = "unknown"
+    who = operator.current_user()
     now = _now()
     done: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -939,7 +954,7 @@ def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
             try:
                 done.append(operator.reconcile(
                     conn, key=row["delivery_key"], tenant=row["tenant"], target=args.as_,
-                    reason=f"{args.reason.strip()} (bulk, by {who})", now=now))
+                    reason=f"{args.reason.strip()} (bulk, by {who})", now=now, who=who))
             except RemindersError as exc:
                 failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
                                "error": str(exc)})
@@ -974,7 +989,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     with _conn() as conn:
         tenant = _resolve_tenant(conn, args.key, args.tenant)
         data = operator.reconcile(conn, key=args.key, tenant=tenant, target=args.as_,
-                                  reason=args.reason, now=_now())
+                                  reason=args.reason, now=_now(), who=operator.current_user())
     emit(args, data, f"{data['delivery_key']}: {data['state']} ({data['reason']})")
     return 0
 
@@ -1094,6 +1109,22 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _reason_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", help="why, for the record (with who: the OS user, or "
+                                    "REMINDERS_ACTOR), e.g. --reason 'INC-1234'")
+
+
+def _record(conn: Any, args: argparse.Namespace, action: str, obj: str, name: str,
+            tenant: str | None) -> None:
+    """Record an operator action with who and --reason, in the caller's transaction."""
+    from reminders import operator
+
+    if args.reason is not None:
+        _plain_text(args.reason, "--reason")
+    operator.record_action(conn, action=action, obj=obj, name=name, tenant=tenant,
+                           reason=args.reason, now=_now())
+
+
 def _recurrence_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rrule", help="RFC 5545 rule, e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9")
     p.add_argument("--tz", help="IANA time zone, e.g. Europe/Berlin")
@@ -1113,26 +1144,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.epilog = EXIT_STATUSES
     sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
-    p = sub.add_parser("migrate", help="apply database migrations")
+    p = sub.add_parser("migrate", help="apply database migrations",
+                       description="E.g. `DATABASE_URL=postgresql://... reminders migrate`.")
     _json_flag(p)
     p.set_defaults(func=cmd_migrate)
 
-    local = sub.add_parser("local", help="the one-machine stack")
+    local = sub.add_parser("local", help="the one-machine stack",
+                           description="E.g. `reminders local up`, then `reminders local down`.")
     local_sub = local.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver")
+    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
+                             description="E.g. `eval \"$(reminders local up --env)\"`.")
+    p.add_argument("--env", action="store_true",
+                   help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
     _json_flag(p)
     p.set_defaults(func=cmd_local_up)
-    p = local_sub.add_parser("down", help="stop them")
+    p = local_sub.add_parser("down", help="stop them",
+                             description="E.g. `reminders local down --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_local_down)
 
-    p = sub.add_parser("tick", help="one scanner pass")
+    p = sub.add_parser("tick", help="one scanner pass",
+                       description="E.g. `REMINDERS_NOW=2027-03-01T09:00:00Z reminders tick`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tick)
     p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle",
                        description="Feed the queues to the consumer and redrive handlers, as "
                                    "Lambda's event source mappings do, until the queues are "
-                                   "empty or --max-seconds has passed.",
+                                   "empty or --max-seconds has passed. E.g. `reminders "
+                                   "work --max-seconds 30 --json`.",
                        epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
     p.add_argument("--max-seconds", type=_seconds, default=60.0,
@@ -1148,11 +1187,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret", help="whsec_... on the command line (local stacks only: argv "
                                     "is visible to other users of the machine)")
     p.add_argument("--tenant", help="only this tenant may use it (default: any)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_add)
     p = ep_sub.add_parser("remove", help="remove an endpoint, e.g. `endpoints remove URL`")
     p.add_argument("url", help="the URL as registered")
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
     p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
@@ -1162,9 +1203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
     p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
     p.add_argument("--secret", help="whsec_... on the command line (local stacks only)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
-    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)")
+    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)",
+                          description="E.g. `reminders endpoints list --tenant acme`.")
     p.add_argument("--tenant", help="endpoints this tenant may use")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_list)
@@ -1181,9 +1224,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backoff-base", help="first retry delay, e.g. 30s")
     p.add_argument("--backoff-cap", help="longest retry delay, e.g. 1h")
     p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
-    p = k_sub.add_parser("list", help="kinds and their policies")
+    p = k_sub.add_parser("list", help="kinds and their policies",
+                         description="E.g. `reminders kinds list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
@@ -1230,6 +1275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="needed only when the key exists for several tenants")
     p.add_argument("--dry-run", action="store_true",
                    help="list the pending deliveries it would suppress; change nothing")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -1251,9 +1297,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("tenant", help="e.g. acme")
         p.add_argument("--create", action="store_true",
                        help="also for a tenant that has never scheduled anything")
+        _reason_flag(p)
         _json_flag(p)
         p.set_defaults(func=cmd_tenants)
-    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries")
+    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries",
+                         description="E.g. `reminders tenants list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tenants_list)
 
@@ -1339,15 +1387,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_preview)
 
     p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
-                                          "bash)\"")
+                                          "bash)\"",
+                       description="E.g. `eval \"$(reminders completion bash)\"` in ~/.bashrc.")
     p.add_argument("shell", choices=["bash"], help="the shell (bash)")
     p.set_defaults(func=cmd_completion)
 
-    p = sub.add_parser("version", help="versions, including the time-zone data")
+    p = sub.add_parser("version", help="versions, including the time-zone data",
+                       description="E.g. `reminders version --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_version)
 
-    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock")
+    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock",
+                       description="E.g. `reminders demo` (or `make demo`).")
     _json_flag(p)
     p.set_defaults(func=cmd_demo)
 
@@ -1356,7 +1407,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a fault drill: schedule a batch, inject the fault, run "
                                    "the clock on until everything due has an outcome, and "
                                    "report what was done, the time to recover and every "
-                                   "violation of the invariants found (the goal is none).",
+                                   "violation of the invariants found (the goal is none). "
+                                   "E.g. `reminders drill consumer-kill --short --json`.",
                        epilog=_DRILL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=[*DRILLS, "all"], metavar="NAME|all",
                    help="a drill (listed below), or all of them")

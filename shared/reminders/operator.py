@@ -1,13 +1,21 @@
-"""Operator reads: system status and one delivery's story (state, reason, attempts, events)."""
+"""Operator reads: system status and one delivery's story (state, reason, attempts, events);
+operator actions, each recorded with who and why."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from typing import Any
 
 from reminders import db
 from reminders.clock import iso
 from reminders.errors import NotFound
+
+ACTOR_ENV = "REMINDERS_ACTOR"
+# Operator actions `show` lists with a delivery: the latest on its tenant, endpoint, kind and
+# schedule.
+ACTIONS_SHOWN = 20
+OBJECTS = ("tenant", "endpoint", "kind", "schedule")
 
 STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale", "unknown",
           "dead")
@@ -71,10 +79,43 @@ def status_text(data: dict[str, Any]) -> str:
     return text
 
 
+def current_user(env: dict[str, str] | None = None) -> str:
+    """Who is acting: ``REMINDERS_ACTOR`` when set (a shared service account names its human),
+    else the operating-system user."""
+    from reminders.errors import InvalidInput
+
+    named = (os.environ if env is None else env).get(ACTOR_ENV)
+    if named is not None:
+        if not named.strip() or not named.isprintable() or len(named) > 200:
+            raise InvalidInput(f"{ACTOR_ENV}: expected a name such as alice@example.com, "
+                               f"got {named!r}")
+        return named.strip()
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"
+
+
+def record_action(conn: db.Connection, *, action: str, obj: str, name: str,
+                  tenant: str | None, reason: str | None, now: datetime,
+                  who: str | None = None) -> None:
+    """One operator action on a tenant, an endpoint, a kind or a schedule: who and why."""
+    if obj not in OBJECTS:
+        raise ValueError(f"operator action on {obj!r}: expected one of {OBJECTS}")
+    db.execute(conn, "operator_action_add", {
+        "now": now, "who": who or current_user(), "action": action, "object": obj,
+        "tenant": tenant, "name": name, "reason": (reason or "").strip() or None})
+
+
 def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
     ref = {"id": row["id"], "tenant": row["tenant"]}
     attempts = db.fetch_all(conn, "attempts_of_delivery", ref)
     events = db.fetch_all(conn, "events_of_delivery", ref)
+    actions = db.fetch_all(conn, "operator_actions_of_delivery", {
+        "tenant": row["tenant"], "destination": row["destination"], "kind": row["kind"],
+        "schedule_key": row["schedule_key"], "limit": ACTIONS_SHOWN})
     return {
         "delivery_key": row["delivery_key"], "schedule_key": row["schedule_key"],
         "tenant": row["tenant"], "kind": row["kind"], "recipient": row["recipient"],
@@ -87,6 +128,7 @@ def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
                       "retry_after": iso(a["retry_after"]) if a["retry_after"] else None}
                      for a in attempts],
         "events": [{**e, "at": iso(e["at"])} for e in events],
+        "operator_actions": [{**a, "at": iso(a["at"])} for a in actions],
     }
 
 
@@ -106,10 +148,11 @@ RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 
 def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason: str,
-              now: datetime) -> dict[str, Any]:
+              now: datetime, who: str | None = None) -> dict[str, Any]:
     """Settle a parked delivery (typically ``unknown``) after an operator checked what the
     receiver got: ``sent`` (it arrived), ``failed``/``dead`` (give up), or ``retry`` (due again
-    now, with the same delivery key). Recorded as an operator event."""
+    now, with the same delivery key). Recorded as an operator event with who (default: the
+    current user) and the reason."""
     from reminders.errors import InvalidInput
 
     if target not in RECONCILE_TARGETS:
@@ -140,9 +183,9 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
                 raise InvalidInput(f"delivery {key}: {why}; a retry would only be suppressed")
             raise InvalidInput(f"delivery {key} is {current['state']}: only unknown, failed, "
                                "dead, stale or suppressed deliveries can be reconciled")
-        db.execute(conn, "event_add", {"tenant": tenant, "id": row["id"], "now": now,
-                                       "actor": "operator", "event": f"reconciled as {target}",
-                                       "detail": reason.strip()})
+        db.execute(conn, "operator_event_add", {
+            "tenant": tenant, "id": row["id"], "now": now, "who": who or current_user(),
+            "event": f"reconciled as {target}", "detail": reason.strip()})
     return {"delivery_key": key, "tenant": tenant, "state": row["state"], "reason": row["reason"]}
 
 
@@ -171,8 +214,13 @@ def show_text(data: dict[str, Any]) -> str:
                      f"on {d['channel']}, due {d['due_at']}, schedule {d['schedule_key']}")
         lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
                   .rstrip() for a in d["attempts"]]
-        lines += [f"  {e['at']}  {e['actor']}: {e['event']}"
-                  + (f" ({e['detail']})" if e.get("detail") else "") for e in d["events"]]
+        timeline = [(e["at"], f"{e['actor']}" + (f" {e['who']}" if e.get("who") else "")
+                     + f": {e['event']}" + (f" ({e['detail']})" if e.get("detail") else ""))
+                    for e in d["events"]]
+        timeline += [(a["at"], f"operator {a['who']}: {a['action']} {a['object']} {a['name']}"
+                      + (f" ({a['reason']})" if a["reason"] else " (no reason given)"))
+                     for a in d.get("operator_actions", [])]
+        lines += [f"  {at}  {what}" for at, what in sorted(timeline, key=lambda t: t[0])]
     return "\n".join(lines)
 
 

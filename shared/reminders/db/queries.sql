@@ -633,8 +633,27 @@ select attempt_no, started_at, finished_at, outcome, status_code, detail, retry_
 from attempts where delivery_id = %(id)s and tenant = %(tenant)s order by attempt_no;
 
 -- name: events_of_delivery
-select at, actor, event, detail from delivery_events
+select at, actor, who, event, detail from delivery_events
 where delivery_id = %(id)s and tenant = %(tenant)s order by id;
+
+-- name: operator_event_add
+-- An operator's action on one delivery: who and why.
+insert into delivery_events (tenant, delivery_id, at, actor, who, event, detail)
+values (%(tenant)s, %(id)s, %(now)s, 'operator', %(who)s, %(event)s, %(detail)s);
+
+-- name: operator_action_add
+insert into operator_actions (at, who, action, object, tenant, name, reason)
+values (%(now)s, %(who)s, %(action)s, %(object)s, %(tenant)s, %(name)s, %(reason)s);
+
+-- name: operator_actions_of_delivery
+-- The latest operator actions on a delivery's tenant, endpoint, kind and schedule, oldest first.
+select at, who, action, object, name, reason from (
+    select * from operator_actions
+    where (object, name) in (('tenant', %(tenant)s), ('endpoint', %(destination)s),
+                             ('kind', %(kind)s), ('schedule', %(schedule_key)s))
+      and (tenant is null or tenant = %(tenant)s)
+    order by id desc limit %(limit)s
+) latest order by id;
 
 -- name: tenant_get
 select id, paused, created_at from tenants where id = %(tenant)s;
