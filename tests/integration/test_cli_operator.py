@@ -489,3 +489,31 @@ def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connecti
     assert conn.execute("select count(*) as n from deliveries where state = 'scheduled'"
                         ).fetchone() == {"n": 2}
     assert cli("cancel", "k1", "--json").json()["suppressed"] == 2
+
+
+# ---------------------------------------------------------------- what the console shares
+
+
+def test_a_pause_with_a_reason_is_recorded_with_who_and_why(cli: Cli,
+                                                            conn: db.Connection) -> None:
+    from reminders import operator
+
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    assert cli("tenants", "pause", "acme", "--reason", "billing dispute", "--json").json() == {
+        "tenant": "acme", "paused": True, "changed": True}
+    cli("tenants", "resume", "acme", "--json").json()  # no reason: not recorded
+    rows = conn.execute("select actor, via, action, tenant, reason, detail"
+                        " from operator_actions").fetchall()
+    assert rows == [{"actor": operator.who(), "via": "cli", "action": "pause tenant",
+                     "tenant": "acme", "reason": "billing dispute",
+                     "detail": {"changed": True}}]
+    error(cli("tenants", "pause", "acme", "--reason", " "), 2,
+          "--reason: empty; say why, or leave --reason out")
+
+
+def test_the_attention_list_is_the_parked_states_only(cli: Cli) -> None:
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    got = cli("list", "--attention", "--json")
+    assert (got.code, json.loads(got.out)) == (0, [])
+    error(cli("list", "--attention", "--state", "scheduled"), 2,
+          "state must be one of unknown, dead, failed, stale, got 'scheduled'")
