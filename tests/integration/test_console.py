@@ -311,3 +311,21 @@ def test_bad_input_is_one_line_on_the_page(console: Console, page: Any) -> None:
     answer = page.goto(console.url + "/delivery?tenant=acme&key=nope")
     assert answer.status == 404
     assert page.inner_text("#error") == "no delivery or schedule with key 'nope' for tenant 'acme'"
+
+
+def test_queues_that_do_not_answer_are_unreachable_beside_postgres_counts(
+        console: Console, page: Any) -> None:
+    port = stack.free_port()
+    env = {**console.cli.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{stack.free_port()}",
+           "REMINDERS_NOW": console.now}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reminders.cli", "console", "--port", str(port)], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        stack.wait_http(f"http://127.0.0.1:{port}/static/console.css")
+        page.goto(f"http://127.0.0.1:{port}/")
+        assert page.inner_text("#queues-unreachable").startswith("unreachable (AWS: ")
+        assert int(page.inner_text("#total")) == status(console)["total"]
+    finally:
+        server.terminate()
+        server.wait(10)
