@@ -6,6 +6,7 @@ traffic of ``tests/console_traffic.py``."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def main() -> int:
             server.terminate()
             server.wait(10)
         stack.down()
+        shutil.rmtree(home, ignore_errors=True)
     return 0
 
 
