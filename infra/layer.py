@@ -56,6 +56,9 @@ LAYER_REQUIREMENTS: tuple[str, ...] = (
 RUNTIME_PROVIDED: tuple[str, ...] = ("boto3", "botocore", "s3transfer")
 STAMP_NAME = ".requirements-stamp"
 CODE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
+# Parts of the package no function imports: the operator's web console (its libraries are the
+# `console` extra, never in the layer).
+NOT_IN_LAMBDA = ("console",)
 
 
 def _stamp() -> str:
@@ -156,7 +159,15 @@ def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
         shutil.rmtree(target)
     target.mkdir(parents=True)
     shutil.copytree(source / "functions", target / "functions", ignore=CODE_IGNORE)
-    shutil.copytree(source / "shared" / "reminders", target / "reminders", ignore=CODE_IGNORE)
+    package = source / "shared" / "reminders"
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(CODE_IGNORE(directory, names))
+        if Path(directory) == package:
+            skipped.update(n for n in names if n in NOT_IN_LAMBDA)
+        return skipped
+
+    shutil.copytree(package, target / "reminders", ignore=ignore)
     return target
 
 

@@ -789,24 +789,19 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
-    from reminders import db, schedules
+    from reminders import operator
 
     paused = args.action == "pause"
-    schedules.validate_tenant(args.tenant)
+    if args.reason is not None:
+        if not args.reason.strip():
+            raise InvalidInput("--reason: empty; say why, or leave --reason out")
+        _plain_text(args.reason, "--reason")
     with _conn() as conn:
-        row = db.fetch_one(conn, "tenant_get", {"tenant": args.tenant})
-        if row is None and not args.create:
-            raise NotFound(f"no tenant {args.tenant!r} (it has never scheduled anything); "
-                           "pass --create to pause it before it does")
-        changed = row is None or bool(row["paused"]) != paused
-        with db.transaction(conn):
-            schedules.set_tenant_paused(conn, tenant=args.tenant, paused=paused)
-            if changed:
-                _record(conn, args, "paused" if paused else "resumed", "tenant", args.tenant,
-                        args.tenant)
-    emit(args, {"tenant": args.tenant, "paused": paused, "changed": changed},
-         f"tenant {args.tenant} {'paused' if paused else 'resumed'}"
-         + ("" if changed else " (already)"))
+        data = operator.set_tenant_paused(conn, tenant=args.tenant, paused=paused, now=_now(),
+                                          actor=operator.current_user(), reason=args.reason,
+                                          create=args.create)
+    emit(args, data, f"tenant {args.tenant} {'paused' if paused else 'resumed'}"
+         + ("" if data["changed"] else " (already)"))
     return 0
 
 
@@ -847,19 +842,8 @@ def _status_once(args: argparse.Namespace) -> int:
         data = operator.status(conn, now=_now(), tenant=args.tenant)
     settings = _settings()
     if settings.queues is not None:  # the transport's view beside the authority's
-        from reminders import aws
-        from reminders.queue import Queue
-
         _aws_environment()
-        try:
-            sqs = aws.client("sqs")
-            data["queues"] = {name: Queue(sqs, url).counts() for name, url in (
-                ("deliveries", settings.queues.deliveries), ("dlq", settings.queues.dlq),
-                ("parking", settings.queues.parking))}
-        except Exception as exc:  # Postgres answered; say the transport did not
-            if not type(exc).__module__.startswith(("botocore", "urllib3", "reminders")):
-                raise
-            data["queues_error"] = f"AWS: {_first_line(exc)}"
+        data.update(operator.queue_counts(settings))
     emit(args, data, operator.status_text(data))
     if data.get("queues_error"):
         sys.stderr.write(f"reminders: status: queues unreachable: {data['queues_error']}\n")
@@ -892,8 +876,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             raise InvalidInput(f"--after: expected the cursor a previous page printed "
                                f"(DUE/ID), got {args.after!r}")
         after = (_instant(stamp, "--after"), int(ident))
+    page = operator.attention if args.attention else operator.deliveries
     with _conn() as conn:
-        rows, more = operator.deliveries(
+        rows, more = page(
             conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
             channel=args.channel, recipient=args.recipient, due_from=due_from, due_to=due_to,
             after=after)
@@ -906,7 +891,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             sys.stderr.write(f"reminders: list: more match; next page: --after {cursor}\n")
         return 0
     if not rows:
-        print(f"no {args.state} deliveries" if args.state else "no deliveries match")
+        print(f"no {args.state} deliveries" if args.state else
+              "no parked deliveries match" if args.attention else "no deliveries match")
         return 0
     lines = [table(["due", "state", "tenant", "kind", "channel", "recipient", "tries",
                     "delivery key", "reason"],
@@ -923,48 +909,27 @@ _BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
 
 
 def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
-    """Every parked delivery of a state in a tenant or kind (and a due range), at most
-    --limit of them; --dry-run lists them and changes nothing. Each is recorded as an operator
-    event with the reason and who ran it."""
+    """Every parked delivery of a state in a tenant or kind (and a channel, recipient or due
+    range), at most --limit of them; --dry-run lists them and changes nothing. Each is recorded
+    as an operator event with the reason and who ran it (``operator.reconcile_bulk``, which
+    the console calls too)."""
     from reminders import operator
     from reminders.cli_format import table
 
-    if args.state not in _BULK_STATES:
-        raise InvalidInput("without a KEY, reconcile needs --state (one of "
-                           f"{', '.join(_BULK_STATES)}) and --tenant or --kind")
-    if not (args.tenant or args.kind):
-        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
-    if not args.reason.strip():
-        raise InvalidInput("--reason: say what you checked")
     due_from = _instant(args.due_from, "--due-from") if args.due_from else None
     due_to = _instant(args.due_to, "--due-to") if args.due_to else None
-    who = operator.current_user()
-    now = _now()
-    done: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
     with _conn() as conn:
-        rows, more = operator.deliveries(conn, limit=args.limit, state=args.state,
-                                         tenant=args.tenant, kind=args.kind,
-                                         due_from=due_from, due_to=due_to)
-        for row in rows:
-            if args.dry_run:
-                done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
-                             "state": row["state"], "reason": row["reason"]})
-                continue
-            try:
-                done.append(operator.reconcile(
-                    conn, key=row["delivery_key"], tenant=row["tenant"], target=args.as_,
-                    reason=f"{args.reason.strip()} (bulk, by {who})", now=now, who=who))
-            except RemindersError as exc:
-                failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
-                               "error": str(exc)})
-    data = {"dry_run": args.dry_run, "as": args.as_, "matched": len(rows), "more": more,
-            "reconciled": [] if args.dry_run else done,
-            "would_reconcile": done if args.dry_run else [], "failed": failed}
+        data = operator.reconcile_bulk(
+            conn, state=args.state, target=args.as_, reason=args.reason, limit=args.limit,
+            now=_now(), actor=operator.current_user(), tenant=args.tenant, kind=args.kind,
+            channel=args.channel, recipient=args.recipient, due_from=due_from, due_to=due_to,
+            dry_run=args.dry_run)
+    done = data["would_reconcile"] if args.dry_run else data["reconciled"]
+    failed = data["failed"]
     verb = "would reconcile" if args.dry_run else "reconciled"
     text = f"{verb} {len(done)} {args.state} deliveries as {args.as_}" + (
         f"; {len(failed)} refused" if failed else "") + (
-        f"; more match than --limit {args.limit}" if more else "")
+        f"; more match than --limit {args.limit}" if data["more"] else "")
     if done:
         text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
             (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
@@ -972,8 +937,8 @@ def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
         text += f"\nrefused: {f['delivery_key']}: {f['error']}"
     emit(args, data, text)
     if failed:
-        sys.stderr.write(f"reminders: reconcile: partial failure: {len(failed)} of {len(rows)} "
-                         "refused\n")
+        sys.stderr.write(f"reminders: reconcile: partial failure: {len(failed)} of "
+                         f"{data['matched']} refused\n")
         return EXIT_PARTIAL_FAILURE
     return 0
 
@@ -983,7 +948,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
     if args.key is None:
         return cmd_reconcile_bulk(args)
-    if args.dry_run or args.state or args.kind or args.due_from or args.due_to:
+    if (args.dry_run or args.state or args.kind or args.due_from or args.due_to
+            or args.channel or args.recipient):
         raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
                            "reconciling many deliveries: give them instead of a KEY")
     with _conn() as conn:
@@ -1056,6 +1022,32 @@ def cmd_version(args: argparse.Namespace) -> int:
     data = {"reminders": __version__, "tzdata": tzdata_version(),
             "python": sys.version.split()[0]}
     emit(args, data, " ".join(f"{k} {v}" for k, v in data.items()))
+    return 0
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """The delivery console: a web page on this machine against the database and queues this
+    command line is configured for. Its modules load only here (never in a Lambda handler)."""
+    from reminders import operator
+    from reminders.clock import clock_from_env
+    from reminders.console import serve
+
+    settings = _settings()
+    _aws_environment()
+    clock = clock_from_env(environment())
+
+    def connect() -> Any:
+        from reminders import db
+
+        return db.connect(settings.database_url, prepare=settings.db_prepare,
+                          application_name="reminders-console",
+                          statement_timeout_ms=args.statement_timeout * 1000,
+                          lock_timeout_ms=5000)
+
+    serve.run(serve.ConsoleContext(connect=connect, now=clock.now,
+                                   queues=lambda: operator.queue_counts(settings),
+                                   actor=operator.current_user(), refresh_seconds=args.refresh),
+              host=args.host, port=args.port)
     return 0
 
 
@@ -1340,6 +1332,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "page at a time; e.g. `reminders list --state dead "
                                    "--tenant acme --due-from 2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
+    p.add_argument("--attention", action="store_true",
+                   help="only parked deliveries (unknown, dead, failed, stale): the worklist "
+                        "the console's Attention page shows")
     p.add_argument("--tenant", help="only this tenant's, e.g. acme")
     p.add_argument("--kind", help="only this kind's, e.g. trip")
     p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
@@ -1362,6 +1357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(_BULK_STATES)}")
     p.add_argument("--kind", help="bulk: only this kind")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"],
+                   help="bulk: only this channel")
+    p.add_argument("--recipient", help="bulk: only this recipient")
     p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
     p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
     p.add_argument("--limit", type=_count("--limit"), default=100,
@@ -1396,6 +1394,22 @@ def build_parser() -> argparse.ArgumentParser:
                        description="E.g. `reminders version --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_version)
+
+    p = sub.add_parser("console", help="the delivery console: a web page on 127.0.0.1",
+                       description="Serve the delivery console (overview, attention list, "
+                                   "a delivery's story, operator actions) against the database "
+                                   "and queues this command line is configured for, on this "
+                                   "machine only by default. E.g. `reminders console --port "
+                                   "8765`, then open http://127.0.0.1:8765/.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_count("--port", 1, 65535), default=8765,
+                   help="port to listen on (default 8765)")
+    p.add_argument("--refresh", type=_count("--refresh", 2, 3600), default=10,
+                   help="seconds between the overview's refreshes (default 10)")
+    p.add_argument("--statement-timeout", type=_count("--statement-timeout", 1, 600),
+                   default=15, help="seconds a page's query may run at most (default 15)")
+    p.set_defaults(func=cmd_console)
 
     p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock",
                        description="E.g. `reminders demo` (or `make demo`).")

@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 from infra.layer import (
+    LAYER_REQUIREMENTS,
     PLATFORM,
     RUNTIME_PROVIDED,
     STAMP_NAME,
@@ -21,6 +22,7 @@ from infra.lock import LOCK_FILE, read_lock, render_lock
 from tests.infra.synth import Synthesized
 
 ELF_MACHINE_AARCH64 = 183
+CONSOLE_ONLY = ("starlette", "jinja2", "uvicorn", "pygal", "multipart", "python_multipart")
 WHEEL_TAG = re.compile(r"^cp313-cp313-manylinux(?:_(\d+)_(\d+)|2014)_aarch64$")
 # Lambda's python3.13 runtime: Amazon Linux 2023, glibc 2.34.
 LAMBDA_GLIBC = (2, 34)
@@ -70,6 +72,9 @@ def test_layer_holds_the_packages_the_functions_import(layer_dir: Path) -> None:
         assert (site_packages / package).is_dir(), package
     for package in RUNTIME_PROVIDED:
         assert not (site_packages / package).exists(), package
+    for package in CONSOLE_ONLY:  # the console's libraries stay on the operator's machine
+        assert not (site_packages / package).exists(), package
+        assert not any(package in r for r in LAYER_REQUIREMENTS), LAYER_REQUIREMENTS
     assert not list(site_packages.rglob("__pycache__"))
     assert layer_is_current(layer_dir)
 
@@ -83,6 +88,8 @@ def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -
     (source / "shared" / "reminders" / "__init__.py").write_text("")
     (source / "shared" / "reminders" / "db" / "queries.sql").write_text("-- name: x\n")
     (source / "shared" / "reminders" / "stale.pyc").write_bytes(b"")
+    (source / "shared" / "reminders" / "console" / "templates").mkdir(parents=True)
+    (source / "shared" / "reminders" / "console" / "app.py").write_text("import starlette\n")
 
     staged = stage_code(tmp_path / "out", source)
 

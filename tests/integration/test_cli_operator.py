@@ -549,3 +549,34 @@ def test_without_reminders_actor_the_os_user_is_recorded(cli: Cli) -> None:
     error(cli("tenants", "resume", "acme", "--reason", "a\nb"), 2,
           "--reason: contains a line break: 'a\\nb'")
     assert cli("tenants", "list", "--json").json()[0]["paused"] is True
+
+
+# ---------------------------------------------------------------- what the console shares
+
+
+def test_a_pause_with_a_reason_is_recorded_with_who_and_why(cli: Cli,
+                                                            conn: db.Connection) -> None:
+    from reminders import operator
+
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    assert cli("tenants", "pause", "acme", "--reason", "billing dispute", "--json").json() == {
+        "tenant": "acme", "paused": True, "changed": True}
+    cli("tenants", "pause", "acme", "--reason", "again", "--json").json()  # no change
+    cli("tenants", "resume", "acme", "--json").json()  # no reason: recorded without one
+    rows = conn.execute("select who, via, action, object, name, tenant, reason, detail"
+                        " from operator_actions order by id").fetchall()
+    assert rows == [
+        {"who": operator.current_user(), "via": "cli", "action": "paused", "object": "tenant",
+         "name": "acme", "tenant": "acme", "reason": "billing dispute", "detail": {}},
+        {"who": operator.current_user(), "via": "cli", "action": "resumed",
+         "object": "tenant", "name": "acme", "tenant": "acme", "reason": None, "detail": {}}]
+    error(cli("tenants", "pause", "acme", "--reason", " "), 2,
+          "--reason: empty; say why, or leave --reason out")
+
+
+def test_the_attention_list_is_the_parked_states_only(cli: Cli) -> None:
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    got = cli("list", "--attention", "--json")
+    assert (got.code, json.loads(got.out)) == (0, [])
+    error(cli("list", "--attention", "--state", "scheduled"), 2,
+          "state must be one of unknown, dead, failed, stale, got 'scheduled'")
