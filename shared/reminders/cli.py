@@ -122,14 +122,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-_BAD_CHARS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a line break"}
-
-
 def _plain_text(value: str, flag: str) -> str:
-    for ch, what in _BAD_CHARS.items():
-        if ch in value:
-            raise InvalidInput(f"{flag}: contains {what}: {value[:40]!r}")
-    return value
+    """One line of text, or InvalidInput naming ``flag`` (``operator_commands.plain_text``)."""
+    from reminders.operator_commands import plain_text
+
+    return plain_text(value, flag)
 
 
 # ---------------------------------------------------------------- environment
@@ -224,6 +221,13 @@ def cmd_local_up(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
     running, restarted = stack.start()
+    if args.env:  # for a shell's eval: the receiver's URL and secret as variables
+        from shlex import quote
+
+        print("\n".join([*(f"# {line}" for line in restarted.values()),
+                         f"export RECEIVER_URL={quote(running.receiver_url)}",
+                         f"export RECEIVER_SECRET={quote(running.receiver_secret)}"]))
+        return 0
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
@@ -385,6 +389,7 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
             db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
         row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": url,
                                                   "secret": secret})
+        _record(conn, args, "added", "endpoint", url, args.tenant)
     emit(args, row, f"endpoint registered: {url}")
     return 0
 
@@ -402,6 +407,9 @@ def cmd_endpoints_change(args: argparse.Namespace) -> int:
     name = "endpoint_remove" if args.action == "remove" else "endpoint_rotate_secret"
     with _conn() as conn, db.transaction(conn):
         row = db.fetch_one(conn, name, params)
+        if row is not None:
+            _record(conn, args, "removed" if args.action == "remove" else "rotated the secret of",
+                    "endpoint", args.url, args.tenant)
     if row is None:
         whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
         raise NotFound(f"no endpoint {args.url} registered for {whose}")
@@ -453,11 +461,14 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
     base = parse_duration(args.backoff_base, "--backoff-base") if args.backoff_base else None
     cap = parse_duration(args.backoff_cap, "--backoff-cap") if args.backoff_cap else None
     keep = parse_duration(args.retention, "--retention") if args.retention else None
-    with _conn() as conn:
+    from reminders import db
+
+    with _conn() as conn, db.transaction(conn):
         row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap, retention=keep)
+        _record(conn, args, "set", "kind", row["name"], None)
     from reminders.cli_format import duration
 
     data = _kind_json(row)
@@ -775,13 +786,13 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 REMOTE_COMMANDS: dict[str, tuple[str, ...]] = {
     "status": ("tenant",),
     "show": ("key", "tenant"),
-    "list": ("state", "tenant", "kind", "channel", "recipient", "due_from", "due_to", "after",
-             "limit"),
-    "reconcile": ("key", "tenant", "state", "kind", "due_from", "due_to", "limit", "dry_run",
-                  "as", "reason"),
-    "cancel": ("key", "tenant", "dry_run"),
-    "tenants pause": ("tenant", "create"),
-    "tenants resume": ("tenant", "create"),
+    "list": ("state", "attention", "tenant", "kind", "channel", "recipient", "due_from",
+             "due_to", "after", "limit"),
+    "reconcile": ("key", "tenant", "state", "kind", "channel", "recipient", "due_from",
+                  "due_to", "limit", "dry_run", "as", "reason"),
+    "cancel": ("key", "tenant", "dry_run", "reason"),
+    "tenants pause": ("tenant", "create", "reason"),
+    "tenants resume": ("tenant", "create", "reason"),
     "tenants list": (),
 }
 
@@ -802,6 +813,9 @@ def _operator(args: argparse.Namespace, command: str) -> int:
 
 
 def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
+    """The command against the local database; a write is by the current user (REMINDERS_ACTOR
+    or the OS user), through the command line."""
+    from reminders import operator
     from reminders import operator_commands as commands
 
     with _conn() as conn:
@@ -814,29 +828,23 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
             return commands.list_deliveries(
                 conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
                 channel=args.channel, recipient=args.recipient, due_from=args.due_from,
-                due_to=args.due_to, after=args.after)
+                due_to=args.due_to, after=args.after, attention=args.attention)
+        if command == "tenants list":
+            return commands.tenants_list(conn)
+        if command == "cancel":  # a dry run changes nothing and names no one
+            return commands.cancel(conn, now=_now(), key=args.key, tenant=args.tenant,
+                                   who=None if args.dry_run else operator.current_user(),
+                                   via="cli", reason=args.reason, dry_run=args.dry_run)
+        who = operator.current_user()
         if command == "reconcile":
             return commands.reconcile(
                 conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
-                reason=args.reason, by=None if args.key else _local_user(), state=args.state,
-                kind=args.kind, due_from=args.due_from, due_to=args.due_to, limit=args.limit,
-                dry_run=args.dry_run)
-        if command == "cancel":
-            return commands.cancel(conn, now=_now(), key=args.key, tenant=args.tenant,
-                                   dry_run=args.dry_run)
-        if command == "tenants list":
-            return commands.tenants_list(conn)
-        return commands.tenants_set(conn, tenant=args.tenant, paused=args.action == "pause",
-                                    create=args.create)
-
-
-def _local_user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):
-        return "unknown"
+                reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
+                channel=args.channel, recipient=args.recipient, due_from=args.due_from,
+                due_to=args.due_to, limit=args.limit, dry_run=args.dry_run)
+        return commands.tenants_set(conn, now=_now(), tenant=args.tenant,
+                                    paused=args.action == "pause", who=who, via="cli",
+                                    reason=args.reason, create=args.create)
 
 
 def _queue_counts() -> Callable[[], dict[str, dict[str, int]]] | None:
@@ -933,6 +941,32 @@ def cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_console(args: argparse.Namespace) -> int:
+    """The delivery console: a web page on this machine against the database and queues this
+    command line is configured for. Its modules load only here (never in a Lambda handler)."""
+    from reminders import operator
+    from reminders.clock import clock_from_env
+    from reminders.console import serve
+
+    settings = _settings()
+    _aws_environment()
+    clock = clock_from_env(environment())
+
+    def connect() -> Any:
+        from reminders import db
+
+        return db.connect(settings.database_url, prepare=settings.db_prepare,
+                          application_name="reminders-console",
+                          statement_timeout_ms=args.statement_timeout * 1000,
+                          lock_timeout_ms=5000)
+
+    serve.run(serve.ConsoleContext(connect=connect, now=clock.now,
+                                   queues=lambda: operator.queue_counts(settings),
+                                   actor=operator.current_user(), refresh_seconds=args.refresh),
+              host=args.host, port=args.port)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from reminders.local import demo
 
@@ -983,6 +1017,23 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _reason_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", help="why, for the record (with who: REMINDERS_ACTOR or the OS "
+                                    "user; with --stack, your IAM identity), e.g. --reason "
+                                    "'INC-1234'")
+
+
+def _record(conn: Any, args: argparse.Namespace, action: str, obj: str, name: str,
+            tenant: str | None) -> None:
+    """Record an operator action with who and --reason, in the caller's transaction."""
+    from reminders import operator
+
+    if args.reason is not None:
+        _plain_text(args.reason, "--reason")
+    operator.record_action(conn, action=action, obj=obj, name=name, tenant=tenant,
+                           reason=args.reason, now=_now())
+
+
 def _recurrence_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rrule", help="RFC 5545 rule, e.g. FREQ=WEEKLY;BYDAY=MO;BYHOUR=9")
     p.add_argument("--tz", help="IANA time zone, e.g. Europe/Berlin")
@@ -1010,26 +1061,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.epilog = EXIT_STATUSES
     sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
-    p = sub.add_parser("migrate", help="apply database migrations")
+    p = sub.add_parser("migrate", help="apply database migrations",
+                       description="E.g. `DATABASE_URL=postgresql://... reminders migrate`.")
     _json_flag(p)
     p.set_defaults(func=cmd_migrate)
 
-    local = sub.add_parser("local", help="the one-machine stack")
+    local = sub.add_parser("local", help="the one-machine stack",
+                           description="E.g. `reminders local up`, then `reminders local down`.")
     local_sub = local.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver")
+    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
+                             description="E.g. `eval \"$(reminders local up --env)\"`.")
+    p.add_argument("--env", action="store_true",
+                   help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
     _json_flag(p)
     p.set_defaults(func=cmd_local_up)
-    p = local_sub.add_parser("down", help="stop them")
+    p = local_sub.add_parser("down", help="stop them",
+                             description="E.g. `reminders local down --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_local_down)
 
-    p = sub.add_parser("tick", help="one scanner pass")
+    p = sub.add_parser("tick", help="one scanner pass",
+                       description="E.g. `REMINDERS_NOW=2027-03-01T09:00:00Z reminders tick`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tick)
     p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle",
                        description="Feed the queues to the consumer and redrive handlers, as "
                                    "Lambda's event source mappings do, until the queues are "
-                                   "empty or --max-seconds has passed.",
+                                   "empty or --max-seconds has passed. E.g. `reminders "
+                                   "work --max-seconds 30 --json`.",
                        epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
     p.add_argument("--max-seconds", type=_seconds, default=60.0,
@@ -1045,11 +1104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret", help="whsec_... on the command line (local stacks only: argv "
                                     "is visible to other users of the machine)")
     p.add_argument("--tenant", help="only this tenant may use it (default: any)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_add)
     p = ep_sub.add_parser("remove", help="remove an endpoint, e.g. `endpoints remove URL`")
     p.add_argument("url", help="the URL as registered")
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
     p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
@@ -1059,9 +1120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
     p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
     p.add_argument("--secret", help="whsec_... on the command line (local stacks only)")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_change)
-    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)")
+    p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)",
+                          description="E.g. `reminders endpoints list --tenant acme`.")
     p.add_argument("--tenant", help="endpoints this tenant may use")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_list)
@@ -1078,9 +1141,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backoff-base", help="first retry delay, e.g. 30s")
     p.add_argument("--backoff-cap", help="longest retry delay, e.g. 1h")
     p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)
-    p = k_sub.add_parser("list", help="kinds and their policies")
+    p = k_sub.add_parser("list", help="kinds and their policies",
+                         description="E.g. `reminders kinds list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_list)
 
@@ -1127,6 +1192,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="needed only when the key exists for several tenants")
     p.add_argument("--dry-run", action="store_true",
                    help="list the pending deliveries it would suppress; change nothing")
+    _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -1148,9 +1214,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("tenant", help="e.g. acme")
         p.add_argument("--create", action="store_true",
                        help="also for a tenant that has never scheduled anything")
+        _reason_flag(p)
         _json_flag(p)
         p.set_defaults(func=cmd_tenants)
-    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries")
+    p = t_sub.add_parser("list", help="tenants, paused or not, with their pending deliveries",
+                         description="E.g. `reminders tenants list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tenants_list)
 
@@ -1189,6 +1257,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "page at a time; e.g. `reminders list --state dead "
                                    "--tenant acme --due-from 2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
+    p.add_argument("--attention", action="store_true",
+                   help="only parked deliveries (unknown, dead, failed, stale): the worklist "
+                        "the console's Attention page shows")
     p.add_argument("--tenant", help="only this tenant's, e.g. acme")
     p.add_argument("--kind", help="only this kind's, e.g. trip")
     p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
@@ -1211,6 +1282,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(BULK_STATES)}")
     p.add_argument("--kind", help="bulk: only this kind")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"],
+                   help="bulk: only this channel")
+    p.add_argument("--recipient", help="bulk: only this recipient")
     p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
     p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
     p.add_argument("--limit", type=_count("--limit"), default=100,
@@ -1236,15 +1310,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_preview)
 
     p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
-                                          "bash)\"")
+                                          "bash)\"",
+                       description="E.g. `eval \"$(reminders completion bash)\"` in ~/.bashrc.")
     p.add_argument("shell", choices=["bash"], help="the shell (bash)")
     p.set_defaults(func=cmd_completion)
 
-    p = sub.add_parser("version", help="versions, including the time-zone data")
+    p = sub.add_parser("version", help="versions, including the time-zone data",
+                       description="E.g. `reminders version --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_version)
 
-    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock")
+    p = sub.add_parser("console", help="the delivery console: a web page on 127.0.0.1",
+                       description="Serve the delivery console (overview, attention list, "
+                                   "a delivery's story, operator actions) against the database "
+                                   "and queues this command line is configured for, on this "
+                                   "machine only by default. E.g. `reminders console --port "
+                                   "8765`, then open http://127.0.0.1:8765/.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_count("--port", 1, 65535), default=8765,
+                   help="port to listen on (default 8765)")
+    p.add_argument("--refresh", type=_count("--refresh", 2, 3600), default=10,
+                   help="seconds between the overview's refreshes (default 10)")
+    p.add_argument("--statement-timeout", type=_count("--statement-timeout", 1, 600),
+                   default=15, help="seconds a page's query may run at most (default 15)")
+    p.set_defaults(func=cmd_console)
+
+    p = sub.add_parser("demo", help="the whole pipeline on one machine, on a simulated clock",
+                       description="E.g. `reminders demo` (or `make demo`).")
     _json_flag(p)
     p.set_defaults(func=cmd_demo)
 
@@ -1253,7 +1346,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a fault drill: schedule a batch, inject the fault, run "
                                    "the clock on until everything due has an outcome, and "
                                    "report what was done, the time to recover and every "
-                                   "violation of the invariants found (the goal is none).",
+                                   "violation of the invariants found (the goal is none). "
+                                   "E.g. `reminders drill consumer-kill --short --json`.",
                        epilog=_DRILL_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=[*DRILLS, "all"], metavar="NAME|all",
                    help="a drill (listed below), or all of them")

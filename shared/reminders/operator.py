@@ -1,13 +1,23 @@
-"""Operator reads: system status and one delivery's story (state, reason, attempts, events)."""
+"""Operator reads: system status and one delivery's story (state, reason, attempts, events);
+operator actions, each recorded with who and why."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from reminders import db
 from reminders.clock import iso
 from reminders.errors import NotFound
+
+ACTOR_ENV = "REMINDERS_ACTOR"
+# Operator actions `show` lists with a delivery: the latest on its tenant, endpoint, kind and
+# schedule.
+ACTIONS_SHOWN = 20
+OBJECTS = ("tenant", "endpoint", "kind", "schedule", "deliveries")
+VIAS = ("cli", "console", "ops")
 
 STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale", "unknown",
           "dead")
@@ -17,9 +27,17 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
     params = {"now": now, "tenant": tenant}
     by_state = dict.fromkeys(STATES, 0)
     by_channel: dict[str, dict[str, int]] = {}
-    for row in db.fetch_all(conn, "status_by_state", params):
-        by_state[row["state"]] += row["n"]
-        by_channel.setdefault(row["channel"], {})[row["state"]] = row["n"]
+    breakdown: list[dict[str, Any]] = []
+    for row in db.fetch_all(conn, "status_breakdown", params):
+        n = int(row["n"])
+        by_state[row["state"]] += n
+        channel = by_channel.setdefault(row["channel"], {})
+        channel[row["state"]] = channel.get(row["state"], 0) + n
+        breakdown.append({"tenant": row["tenant"], "kind": row["kind"],
+                          "channel": row["channel"], "state": row["state"], "n": n})
+    by_channel = {name: dict(sorted(counts.items())) for name, counts in sorted(
+        by_channel.items())}
+    first = db.fetch_one(conn, "oldest_overdue_delivery", params)
     oldest = db.fetch_one(conn, "status_oldest_overdue", params) or {}
     removed = db.fetch_one(conn, "retention_removed", params) or {}
     expired = db.fetch_one(conn, "status_expired_leases", params) or {}
@@ -33,6 +51,10 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                   for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
             "paused_tenants": paused, "overdue_by": overdue_by,
+            "by_tenant_kind_channel": breakdown,
+            "oldest_overdue_delivery": None if first is None else {
+                "tenant": first["tenant"], "delivery_key": first["delivery_key"],
+                "due_at": iso(first["due_at"]), "state": first["state"]},
             "total": sum(by_state.values()),
             "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
             "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version(),
@@ -71,10 +93,91 @@ def status_text(data: dict[str, Any]) -> str:
     return text
 
 
+def current_user(env: dict[str, str] | None = None) -> str:
+    """Who is acting: ``REMINDERS_ACTOR`` when set (a shared service account names its human),
+    else the operating-system user."""
+    from reminders.errors import InvalidInput
+
+    named = (os.environ if env is None else env).get(ACTOR_ENV)
+    if named is not None:
+        if not named.strip() or not named.isprintable() or len(named) > 200:
+            raise InvalidInput(f"{ACTOR_ENV}: expected a name such as alice@example.com, "
+                               f"got {named!r}")
+        return named.strip()
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "unknown"
+
+
+def record_action(conn: db.Connection, *, action: str, obj: str, name: str,
+                  tenant: str | None, reason: str | None, now: datetime,
+                  who: str | None = None, via: str = "cli",
+                  detail: dict[str, Any] | None = None) -> None:
+    """One operator action on a tenant, an endpoint, a kind, a schedule or a filtered set of
+    deliveries: who, why, and through what (the command line, the console, the operations
+    function)."""
+    from psycopg.types.json import Jsonb
+
+    if obj not in OBJECTS:
+        raise ValueError(f"operator action on {obj!r}: expected one of {OBJECTS}")
+    if via not in VIAS:
+        raise ValueError(f"operator action via {via!r}: expected one of {VIAS}")
+    db.execute(conn, "operator_action_add", {
+        "now": now, "who": who or current_user(), "action": action, "object": obj,
+        "tenant": tenant, "name": name, "reason": (reason or "").strip() or None,
+        "via": via, "detail": Jsonb(detail or {})})
+
+
+def queue_counts(settings: Any) -> dict[str, Any]:
+    """The transport's view beside the authority's: each queue's waiting and in-flight counts
+    as ``{"queues": {...}}``, or ``{"queues_error": "AWS: ..."}`` when they do not answer (and
+    ``{}`` when no queues are configured)."""
+    if settings.queues is None:
+        return {}
+    from reminders import aws
+    from reminders.queue import Queue
+
+    try:
+        sqs = aws.client("sqs")
+        return {"queues": {name: Queue(sqs, url).counts() for name, url in (
+            ("deliveries", settings.queues.deliveries), ("dlq", settings.queues.dlq),
+            ("parking", settings.queues.parking))}}
+    except Exception as exc:  # Postgres answered; say the transport did not
+        if not type(exc).__module__.startswith(("botocore", "urllib3", "reminders")):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return {"queues_error": f"AWS: {first}"}
+
+
+def _schedule_json(row: db.Row | None, occurrence: datetime) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    local = None
+    if row["tz"]:
+        from zoneinfo import ZoneInfo
+
+        local = occurrence.astimezone(ZoneInfo(row["tz"])).replace(tzinfo=None).isoformat()
+    return {"schedule_key": row["schedule_key"], "kind": row["kind"], "state": row["state"],
+            "at": iso(row["at"]) if row["at"] else None, "rrule": row["rrule"],
+            "tz": row["tz"],
+            "local_start": row["local_start"].isoformat() if row["local_start"] else None,
+            "gap_policy": row["gap_policy"], "overlap_policy": row["overlap_policy"],
+            "revision": row["revision"], "generation": row["generation"],
+            "occurrence_local": local}
+
+
 def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
     ref = {"id": row["id"], "tenant": row["tenant"]}
     attempts = db.fetch_all(conn, "attempts_of_delivery", ref)
     events = db.fetch_all(conn, "events_of_delivery", ref)
+    actions = db.fetch_all(conn, "operator_actions_of_delivery", {
+        "tenant": row["tenant"], "destination": row["destination"], "kind": row["kind"],
+        "schedule_key": row["schedule_key"], "limit": ACTIONS_SHOWN})
+    schedule = _schedule_json(db.fetch_one(conn, "schedule_of_delivery", ref),
+                              row["occurrence_at"])
     return {
         "delivery_key": row["delivery_key"], "schedule_key": row["schedule_key"],
         "tenant": row["tenant"], "kind": row["kind"], "recipient": row["recipient"],
@@ -83,10 +186,14 @@ def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
         "revision": row["revision"], "state": row["state"], "reason": row["reason"],
         "attempts_made": row["attempts_made"], "redrives": row["redrives"],
         "attempts": [{**a, "started_at": iso(a["started_at"]),
+                      "took_seconds": (a["finished_at"] - a["started_at"]).total_seconds()
+                      if a["finished_at"] else None,
                       "finished_at": iso(a["finished_at"]) if a["finished_at"] else None,
                       "retry_after": iso(a["retry_after"]) if a["retry_after"] else None}
                      for a in attempts],
         "events": [{**e, "at": iso(e["at"])} for e in events],
+        "operator_actions": [{**a, "at": iso(a["at"])} for a in actions],
+        "schedule": schedule,
     }
 
 
@@ -106,11 +213,11 @@ RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 
 def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason: str,
-              now: datetime, by: str | None = None) -> dict[str, Any]:
+              now: datetime, who: str | None = None) -> dict[str, Any]:
     """Settle a parked delivery (typically ``unknown``) after an operator checked what the
     receiver got: ``sent`` (it arrived), ``failed``/``dead`` (give up), or ``retry`` (due again
-    now, with the same delivery key). Recorded as an operator event; ``by`` (who asked, e.g.
-    the caller's IAM identity) is added to the event's detail."""
+    now, with the same delivery key). Recorded as an operator event with who (default: the
+    current user) and the reason."""
     from reminders.errors import InvalidInput
 
     if target not in RECONCILE_TARGETS:
@@ -141,9 +248,9 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
                 raise InvalidInput(f"delivery {key}: {why}; a retry would only be suppressed")
             raise InvalidInput(f"delivery {key} is {current['state']}: only unknown, failed, "
                                "dead, stale or suppressed deliveries can be reconciled")
-        db.execute(conn, "event_add", {"tenant": tenant, "id": row["id"], "now": now,
-                                       "actor": "operator", "event": f"reconciled as {target}",
-                                       "detail": reason.strip() + (f" (by {by})" if by else "")})
+        db.execute(conn, "operator_event_add", {
+            "tenant": tenant, "id": row["id"], "now": now, "who": who or current_user(),
+            "event": f"reconciled as {target}", "detail": reason.strip()})
     return {"delivery_key": key, "tenant": tenant, "state": row["state"], "reason": row["reason"]}
 
 
@@ -172,8 +279,13 @@ def show_text(data: dict[str, Any]) -> str:
                      f"on {d['channel']}, due {d['due_at']}, schedule {d['schedule_key']}")
         lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
                   .rstrip() for a in d["attempts"]]
-        lines += [f"  {e['at']}  {e['actor']}: {e['event']}"
-                  + (f" ({e['detail']})" if e.get("detail") else "") for e in d["events"]]
+        timeline = [(e["at"], f"{e['actor']}" + (f" {e['who']}" if e.get("who") else "")
+                     + f": {e['event']}" + (f" ({e['detail']})" if e.get("detail") else ""))
+                    for e in d["events"]]
+        timeline += [(a["at"], f"operator {a['who']}: {a['action']} {a['object']} {a['name']}"
+                      + (f" ({a['reason']})" if a["reason"] else " (no reason given)"))
+                     for a in d.get("operator_actions", [])]
+        lines += [f"  {at}  {what}" for at, what in sorted(timeline, key=lambda t: t[0])]
     return "\n".join(lines)
 
 
@@ -214,6 +326,13 @@ def tenants(conn: db.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
             for r in db.fetch_all(conn, "tenants_list", {"limit": limit})]
 
 
+def tenant(conn: db.Connection, *, tenant: str) -> dict[str, Any]:
+    row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
+    if row is None:
+        raise NotFound(f"no tenant {tenant!r} (it has never scheduled anything)")
+    return {"tenant": row["id"], "paused": row["paused"], "created_at": iso(row["created_at"])}
+
+
 def endpoints(conn: db.Connection, *, tenant: str | None,
               limit: int = 1000) -> list[dict[str, Any]]:
     return [{"id": r["id"], "tenant": r["tenant"], "url": r["url"],
@@ -228,3 +347,167 @@ def opt_outs(conn: db.Connection, *, tenant: str | None, channel: str | None,
             for r in db.fetch_all(conn, "opt_outs_list", {
                 "tenant": tenant, "channel": channel, "recipient": recipient,
                 "limit": limit})]
+
+
+# ---------------------------------------------------------------- the worklist and actions
+# The command line and the console both call these: nothing either does is possible only there.
+
+PARKED_STATES = ("unknown", "dead", "failed", "stale")
+BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
+
+
+def attention(conn: db.Connection, *, limit: int, state: str | None = None,
+              tenant: str | None = None, kind: str | None = None, channel: str | None = None,
+              recipient: str | None = None, due_from: datetime | None = None,
+              due_to: datetime | None = None,
+              after: tuple[datetime, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """A page of parked deliveries (unknown, dead, failed, stale) with their reasons, by due
+    time, every filter optional; and whether more match (``after`` as for :func:`deliveries`)."""
+    from reminders.errors import InvalidInput
+
+    if state is not None and state not in PARKED_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(PARKED_STATES)}, got {state!r}")
+    if not 1 <= limit <= 10_000:
+        raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
+    rows = db.fetch_all(conn, "deliveries_parked_page", {
+        "state": state, "tenant": tenant, "kind": kind, "channel": channel,
+        "recipient": recipient, "due_from": due_from, "due_to": due_to,
+        "after_due": after[0] if after else None, "after_id": after[1] if after else None,
+        "limit": limit + 1})
+    return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit
+
+
+def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reason: str,
+                   limit: int, now: datetime, actor: str, via: str = "cli",
+                   tenant: str | None = None, kind: str | None = None,
+                   channel: str | None = None, recipient: str | None = None,
+                   due_from: datetime | None = None, due_to: datetime | None = None,
+                   dry_run: bool = False,
+                   only_keys: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every delivery of ``state`` matching the filters (a tenant or a kind at least), at most
+    ``limit``; ``dry_run`` lists them and changes nothing. Each is reconciled as ``target``
+    and keeps an operator event with the reason and who ran it; the whole action is recorded
+    in ``operator_actions``. ``only_keys``: reconcile only these of the rows that still match
+    (what a dry run counted; a row that changed or newly matches since is left alone)."""
+    from reminders.errors import InvalidInput, RemindersError
+
+    if via not in VIAS:
+        raise ValueError(f"operator action via {via!r}: expected one of {VIAS}")
+    if state not in BULK_STATES:
+        raise InvalidInput("without a KEY, reconcile needs --state (one of "
+                           f"{', '.join(BULK_STATES)}) and --tenant or --kind")
+    if not (tenant or kind):
+        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
+    if target not in RECONCILE_TARGETS:
+        raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
+    if not reason.strip():
+        raise InvalidInput("--reason: say what you checked")
+    rows, more = deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
+                            channel=channel, recipient=recipient, due_from=due_from,
+                            due_to=due_to)
+    counted = set(only_keys) if only_keys is not None else None
+    if counted is not None:
+        rows = [r for r in rows if r["delivery_key"] in counted]
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    where = _BULK_WHERE[via]
+    for row in rows:
+        if dry_run:
+            done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                         "state": row["state"], "reason": row["reason"]})
+            continue
+        try:
+            done.append(reconcile(conn, key=row["delivery_key"], tenant=row["tenant"],
+                                  target=target, reason=f"{reason.strip()} ({where}, by {actor})",
+                                  now=now, who=actor))
+        except RemindersError as exc:
+            failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
+                           "error": str(exc)})
+    data: dict[str, Any] = {
+        "dry_run": dry_run, "as": target, "matched": len(rows), "more": more,
+        "reconciled": [] if dry_run else done, "would_reconcile": done if dry_run else [],
+        "failed": failed}
+    if counted is not None:
+        data["changed_since_counted"] = len(counted) - len(rows)
+    if not dry_run:
+        filters = {"state": state, "tenant": tenant, "kind": kind, "channel": channel,
+                   "recipient": recipient, "due_from": iso(due_from) if due_from else None,
+                   "due_to": iso(due_to) if due_to else None, "limit": limit}
+        record_action(conn, action=f"reconciled as {target}", obj="deliveries",
+                      name=_filters_text(filters), tenant=tenant, reason=reason, now=now,
+                      who=actor, via=via, detail={
+                          "filters": {k: v for k, v in filters.items() if v is not None},
+                          "reconciled": len(done), "refused": len(failed)})
+    return data
+
+
+_BULK_WHERE = {"cli": "bulk", "console": "bulk in the console",
+               "ops": "bulk through the operations function"}
+
+
+def _filters_text(filters: dict[str, Any]) -> str:
+    """A filtered set of deliveries, named by its filters: ``state=dead tenant=acme``."""
+    return " ".join(f"{k}={v}" for k, v in filters.items() if v is not None and k != "limit")
+
+
+def set_tenant_paused(conn: db.Connection, *, tenant: str, paused: bool, now: datetime,
+                      actor: str, via: str = "cli", reason: str | None = None,
+                      create: bool = False) -> dict[str, Any]:
+    """Pause or resume a tenant (its deliveries wait while paused). A tenant that has never
+    scheduled anything is refused unless ``create``. A change is recorded in
+    ``operator_actions`` with who and the reason (optional here; the console requires one)."""
+    from reminders import schedules
+
+    schedules.validate_tenant(tenant)
+    with db.transaction(conn):
+        row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
+        if row is None and not create:
+            raise NotFound(f"no tenant {tenant!r} (it has never scheduled anything); "
+                           "pass --create to pause it before it does")
+        changed = row is None or bool(row["paused"]) != paused
+        schedules.set_tenant_paused(conn, tenant=tenant, paused=paused)
+        if changed:
+            record_action(conn, action="paused" if paused else "resumed", obj="tenant",
+                          name=tenant, tenant=tenant, reason=reason, now=now, who=actor,
+                          via=via)
+    return {"tenant": tenant, "paused": paused, "changed": changed}
+
+
+LATENESS_BOUNDS = (0.0, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0,
+                   7200.0, 21600.0, 86400.0)
+
+
+def lateness(conn: db.Connection, *, now: datetime, window_seconds: int,
+             tenant: str | None = None) -> dict[str, Any]:
+    """Sends of the last ``window_seconds``: how late each was (occurrence due -> sent) in
+    buckets (``LATENESS_BOUNDS``, upper bounds exclusive; the first bucket holds early sends,
+    the last everything a day late or more) and p50/p95/p99 in seconds."""
+    from datetime import timedelta
+
+    rows = db.fetch_all(conn, "lateness_histogram", {
+        "now": now, "since": now - timedelta(seconds=window_seconds), "tenant": tenant,
+        "bounds": list(LATENESS_BOUNDS)})
+    counts = [0] * (len(LATENESS_BOUNDS) + 1)
+    total, pcts = 0, None
+    for r in rows:
+        if r["bucket"] is None:
+            total, pcts = int(r["n"]), r["pcts"]
+        else:
+            counts[int(r["bucket"])] = int(r["n"])
+    names = ["early", *(f"<{_short(b)}" for b in LATENESS_BOUNDS[1:]),
+             f">={_short(LATENESS_BOUNDS[-1])}"]
+    p50, p95, p99 = (round(float(x), 3) for x in pcts) if pcts else (None, None, None)
+    return {"window_seconds": window_seconds, "sent": total,
+            "buckets": [{"name": name, "n": n} for name, n in zip(names, counts, strict=True)],
+            "p50_seconds": p50, "p95_seconds": p95, "p99_seconds": p99}
+
+
+def _short(seconds: float) -> str:
+    from reminders.cli_format import duration
+
+    return duration(seconds)
+
+
+def recent_actions(conn: db.Connection, *, limit: int = 20) -> list[dict[str, Any]]:
+    return [{**r, "at": iso(r["at"])}
+            for r in db.fetch_all(conn, "operator_actions_recent", {"limit": limit})]

@@ -7,20 +7,21 @@ local command line (``reminders.cli``) and the operations function (``functions/
 same functions, so a command prints and exits the same way against a local database and
 against the deployed stack. Errors are raised as :mod:`reminders.errors` types; the caller
 turns them into one line and an exit status (:func:`error_line`).
+
+The work itself is :mod:`reminders.operator`'s, which the console calls too. Every write names
+``who`` did it and ``via`` what (``cli`` with :func:`reminders.operator.current_user`, ``ops``
+with the operations function's proven caller) and records it in Postgres with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from reminders import db
-from reminders.errors import InvalidInput, NotFound, RemindersError
+from reminders.errors import InvalidInput, NotFound
 from reminders.outcome import EXIT_PARTIAL_FAILURE, Outcome, first_line
 
-# The states a bulk reconcile may select.
-BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
 # Latest year an instant may have: room for any duration (at most 3650 days) to be added.
 LAST_YEAR = 9980
 
@@ -43,6 +44,27 @@ def instant(text: str, flag: str) -> datetime:
 
 def _optional_instant(text: str | None, flag: str) -> datetime | None:
     return instant(text, flag) if text else None
+
+
+_BAD_CHARS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a line break"}
+
+
+def plain_text(value: str, flag: str) -> str:
+    """One line of text: refused (naming ``flag``) when it holds a NUL byte or a line break."""
+    for ch, what in _BAD_CHARS.items():
+        if ch in value:
+            raise InvalidInput(f"{flag}: contains {what}: {value[:40]!r}")
+    return value
+
+
+def optional_reason(reason: str | None, *, blank_ok: bool = False) -> str | None:
+    """``--reason`` where it may be left out (cancel, tenants pause|resume): one line; blank
+    is refused unless ``blank_ok`` (then it is recorded as no reason)."""
+    if reason is None:
+        return None
+    if not blank_ok and not reason.strip():
+        raise InvalidInput("--reason: empty; say why, or leave --reason out")
+    return plain_text(reason, "--reason")
 
 
 def resolve_tenant(conn: db.Connection, key: str, tenant: str | None) -> str:
@@ -101,9 +123,10 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
                     tenant: str | None = None, kind: str | None = None,
                     channel: str | None = None, recipient: str | None = None,
                     due_from: str | None = None, due_to: str | None = None,
-                    after: str | None = None) -> Outcome:
-    """A page of deliveries by due time; the next page's cursor (``--after DUE/ID``) goes in
-    the text, or to stderr with ``--json``."""
+                    after: str | None = None, attention: bool = False) -> Outcome:
+    """A page of deliveries by due time (``attention``: parked ones only, the console's
+    worklist); the next page's cursor (``--after DUE/ID``) goes in the text, or to stderr
+    with ``--json``."""
     from reminders import operator
     from reminders.cli_format import table
 
@@ -114,7 +137,8 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
             raise InvalidInput(f"--after: expected the cursor a previous page printed "
                                f"(DUE/ID), got {after!r}")
         cursor_after = (instant(stamp, "--after"), int(ident))
-    rows, more = operator.deliveries(
+    page = operator.attention if attention else operator.deliveries
+    rows, more = page(
         conn, limit=limit, state=state, tenant=tenant, kind=kind, channel=channel,
         recipient=recipient, due_from=_optional_instant(due_from, "--due-from"),
         due_to=_optional_instant(due_to, "--due-to"), after=cursor_after)
@@ -125,7 +149,8 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
     if cursor:
         outcome.json_notes.append(f"list: more match; next page: --after {cursor}")
     if not rows:
-        outcome.text = f"no {state} deliveries" if state else "no deliveries match"
+        outcome.text = (f"no {state} deliveries" if state else
+                        "no parked deliveries match" if attention else "no deliveries match")
         return outcome
     lines = [table(["due", "state", "tenant", "kind", "channel", "recipient", "tries",
                     "delivery key", "reason"],
@@ -152,65 +177,46 @@ def tenants_list(conn: db.Connection) -> Outcome:
 
 
 def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: str | None,
-              as_: str, reason: str, by: str | None = None, state: str | None = None,
-              kind: str | None = None, due_from: str | None = None, due_to: str | None = None,
-              limit: int = 100, dry_run: bool = False) -> Outcome:
+              as_: str, reason: str, who: str, via: str, state: str | None = None,
+              kind: str | None = None, channel: str | None = None,
+              recipient: str | None = None, due_from: str | None = None,
+              due_to: str | None = None, limit: int = 100, dry_run: bool = False) -> Outcome:
     """One delivery by KEY, or (without one) every delivery of ``state`` in a tenant or kind
-    and a due range, at most ``limit``. ``by`` names who asked; it is recorded with each
-    delivery's operator event."""
+    (and a channel, recipient or due range), at most ``limit``. Each delivery's operator event
+    names ``who``; a bulk reconcile is also one operator action, with ``via``."""
     from reminders import operator
 
     if key is None:
-        return _reconcile_bulk(conn, now=now, tenant=tenant, as_=as_, reason=reason, by=by,
-                               state=state, kind=kind, due_from=due_from, due_to=due_to,
+        return _reconcile_bulk(conn, now=now, tenant=tenant, as_=as_, reason=reason, who=who,
+                               via=via, state=state, kind=kind, channel=channel,
+                               recipient=recipient, due_from=due_from, due_to=due_to,
                                limit=limit, dry_run=dry_run)
-    if dry_run or state or kind or due_from or due_to:
+    if dry_run or state or kind or due_from or due_to or channel or recipient:
         raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
                            "reconciling many deliveries: give them instead of a KEY")
     data = operator.reconcile(conn, key=key, tenant=resolve_tenant(conn, key, tenant),
-                              target=as_, reason=reason, now=now, by=by)
+                              target=as_, reason=reason, now=now, who=who)
     return Outcome(data, f"{data['delivery_key']}: {data['state']} ({data['reason']})")
 
 
 def _reconcile_bulk(conn: db.Connection, *, now: datetime, tenant: str | None, as_: str,
-                    reason: str, by: str | None, state: str | None, kind: str | None,
-                    due_from: str | None, due_to: str | None, limit: int,
-                    dry_run: bool) -> Outcome:
+                    reason: str, who: str, via: str, state: str | None, kind: str | None,
+                    channel: str | None, recipient: str | None, due_from: str | None,
+                    due_to: str | None, limit: int, dry_run: bool) -> Outcome:
     from reminders import operator
     from reminders.cli_format import table
 
-    if state not in BULK_STATES:
-        raise InvalidInput("without a KEY, reconcile needs --state (one of "
-                           f"{', '.join(BULK_STATES)}) and --tenant or --kind")
-    if not (tenant or kind):
-        raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
-    if not reason.strip():
-        raise InvalidInput("--reason: say what you checked")
-    start = _optional_instant(due_from, "--due-from")
-    end = _optional_instant(due_to, "--due-to")
-    done: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    rows, more = operator.deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
-                                     due_from=start, due_to=end)
-    for row in rows:
-        if dry_run:
-            done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
-                         "state": row["state"], "reason": row["reason"]})
-            continue
-        try:
-            done.append(operator.reconcile(
-                conn, key=row["delivery_key"], tenant=row["tenant"], target=as_,
-                reason=f"{reason.strip()} (bulk, by {by or 'unknown'})", now=now))
-        except RemindersError as exc:
-            failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
-                           "error": str(exc)})
-    data = {"dry_run": dry_run, "as": as_, "matched": len(rows), "more": more,
-            "reconciled": [] if dry_run else done,
-            "would_reconcile": done if dry_run else [], "failed": failed}
+    data = operator.reconcile_bulk(
+        conn, state=state, target=as_, reason=reason, limit=limit, now=now, actor=who,
+        via=via, tenant=tenant, kind=kind, channel=channel, recipient=recipient,
+        due_from=_optional_instant(due_from, "--due-from"),
+        due_to=_optional_instant(due_to, "--due-to"), dry_run=dry_run)
+    done = data["would_reconcile"] if dry_run else data["reconciled"]
+    failed = data["failed"]
     verb = "would reconcile" if dry_run else "reconciled"
     text = f"{verb} {len(done)} {state} deliveries as {as_}" + (
         f"; {len(failed)} refused" if failed else "") + (
-        f"; more match than --limit {limit}" if more else "")
+        f"; more match than --limit {limit}" if data["more"] else "")
     if done:
         text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
             (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
@@ -219,18 +225,21 @@ def _reconcile_bulk(conn: db.Connection, *, now: datetime, tenant: str | None, a
     outcome = Outcome(data, text)
     if failed:
         outcome.code = EXIT_PARTIAL_FAILURE
-        outcome.notes.append(f"reconcile: partial failure: {len(failed)} of {len(rows)} "
-                             "refused")
+        outcome.notes.append(f"reconcile: partial failure: {len(failed)} of "
+                             f"{data['matched']} refused")
     return outcome
 
 
 def cancel(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
+           who: str | None, via: str, reason: str | None = None,
            dry_run: bool = False) -> Outcome:
     """Cancel a schedule (by its key or one of its deliveries' keys); again changes nothing.
-    ``dry_run`` lists the pending deliveries it would suppress."""
-    from reminders import schedules
+    The cancel and its operator action (``who``, ``via``, ``reason``) commit together.
+    ``dry_run`` lists the pending deliveries it would suppress (``who`` may then be None)."""
+    from reminders import operator, schedules
     from reminders.clock import iso
 
+    reason = optional_reason(reason, blank_ok=True)
     owner = resolve_tenant(conn, key, tenant)
     key = schedule_key(conn, key, owner)
     current = db.fetch_one(conn, "schedule_get", {"tenant": owner, "schedule_key": key})
@@ -245,28 +254,29 @@ def cancel(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
                        f"cancelling {key} would suppress {len(pending)} pending deliveries"
                        + "".join(f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
                                  for r in pending))
+    if who is None:
+        raise ValueError("cancel: who is cancelling must be named")
     if current is not None and current["state"] == "cancelled":
         n, changed = 0, False
     else:
-        n, changed = schedules.cancel(conn, tenant=owner, key=key, now=now), True
+        with db.transaction(conn):
+            n, changed = schedules.cancel(conn, tenant=owner, key=key, now=now), True
+            operator.record_action(conn, action="cancelled", obj="schedule", name=key,
+                                   tenant=owner, reason=reason, now=now, who=who, via=via)
     return Outcome({"tenant": owner, "schedule_key": key, "suppressed": n, "changed": changed},
                    f"cancelled {key}: {n} pending deliveries suppressed" if changed
                    else f"{key} was already cancelled: nothing changed")
 
 
-def tenants_set(conn: db.Connection, *, tenant: str, paused: bool,
-                create: bool = False) -> Outcome:
+def tenants_set(conn: db.Connection, *, now: datetime, tenant: str, paused: bool, who: str,
+                via: str, reason: str | None = None, create: bool = False) -> Outcome:
     """Pause (its deliveries wait, nothing is lost) or resume a tenant; again changes nothing.
-    A tenant that never scheduled anything needs ``create``."""
-    from reminders import schedules
+    A tenant that never scheduled anything needs ``create``. A change is recorded with
+    ``who``, ``via`` and the reason."""
+    from reminders import operator
 
-    schedules.validate_tenant(tenant)
-    row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
-    if row is None and not create:
-        raise NotFound(f"no tenant {tenant!r} (it has never scheduled anything); "
-                       "pass --create to pause it before it does")
-    changed = row is None or bool(row["paused"]) != paused
-    schedules.set_tenant_paused(conn, tenant=tenant, paused=paused)
-    return Outcome({"tenant": tenant, "paused": paused, "changed": changed},
-                   f"tenant {tenant} {'paused' if paused else 'resumed'}"
-                   + ("" if changed else " (already)"))
+    reason = optional_reason(reason)
+    data = operator.set_tenant_paused(conn, tenant=tenant, paused=paused, now=now, actor=who,
+                                      via=via, reason=reason, create=create)
+    return Outcome(data, f"tenant {tenant} {'paused' if paused else 'resumed'}"
+                   + ("" if data["changed"] else " (already)"))

@@ -3,8 +3,8 @@ status out, run by the same code as the local command line (:mod:`reminders.oper
 
 A request is validated strictly before anything runs: one of :data:`COMMANDS`, only that
 command's arguments, each of its type and within bounds. The caller's identity is proven
-(:mod:`reminders.identity`) and every command is logged with it; a reconcile records it with
-each delivery's operator event.
+(:mod:`reminders.identity`) and every command is logged with it; every write records it in
+Postgres as who did it, via ``ops`` (a delivery's operator event, an ``operator_actions`` row).
 
 Request (version 1)::
 
@@ -94,19 +94,21 @@ ARGS: Mapping[str, Arg] = {
     "as": Arg(str, choices=TARGETS),
     "reason": Arg(str, max_length=2000),
     "create": Arg(bool),
+    "attention": Arg(bool),
 }
 
 # Each command: (the arguments it takes, those it must have).
 COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset({"tenant"}), frozenset()),
     "show": (frozenset({"key", "tenant"}), frozenset({"key"})),
-    "list": (frozenset({"state", "tenant", "kind", "channel", "recipient", "due_from",
-                        "due_to", "after", "limit"}), frozenset()),
-    "reconcile": (frozenset({"key", "tenant", "state", "kind", "due_from", "due_to", "limit",
-                             "dry_run", "as", "reason"}), frozenset({"as", "reason"})),
-    "cancel": (frozenset({"key", "tenant", "dry_run"}), frozenset({"key"})),
-    "tenants pause": (frozenset({"tenant", "create"}), frozenset({"tenant"})),
-    "tenants resume": (frozenset({"tenant", "create"}), frozenset({"tenant"})),
+    "list": (frozenset({"state", "attention", "tenant", "kind", "channel", "recipient",
+                        "due_from", "due_to", "after", "limit"}), frozenset()),
+    "reconcile": (frozenset({"key", "tenant", "state", "kind", "channel", "recipient",
+                             "due_from", "due_to", "limit", "dry_run", "as", "reason"}),
+                  frozenset({"as", "reason"})),
+    "cancel": (frozenset({"key", "tenant", "dry_run", "reason"}), frozenset({"key"})),
+    "tenants pause": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
+    "tenants resume": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
     "tenants list": (frozenset(), frozenset()),
 }
 WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume"})
@@ -165,10 +167,12 @@ def parse_request(event: Any) -> Request:
 
 def run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
         queue_counts: Callable[[], dict[str, dict[str, int]]] | None) -> Outcome:
-    """Run one validated command with the same functions the local command line calls."""
+    """Run one validated command with the same functions the local command line calls; a
+    write is recorded as by the proven caller, via ``ops``."""
     from reminders import operator_commands as commands
 
     a = request.args
+    who, via = caller.arn, "ops"
     if request.command == "status":
         return commands.status(conn, now=now, tenant=a.get("tenant"), queue_counts=queue_counts)
     if request.command == "show":
@@ -177,21 +181,23 @@ def run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
         return commands.list_deliveries(
             conn, limit=a.get("limit") or 100, state=a.get("state"), tenant=a.get("tenant"),
             kind=a.get("kind"), channel=a.get("channel"), recipient=a.get("recipient"),
-            due_from=a.get("due_from"), due_to=a.get("due_to"), after=a.get("after"))
+            due_from=a.get("due_from"), due_to=a.get("due_to"), after=a.get("after"),
+            attention=bool(a.get("attention")))
     if request.command == "reconcile":
         return commands.reconcile(
             conn, now=now, key=a.get("key"), tenant=a.get("tenant"), as_=a["as"],
-            reason=a["reason"], by=caller.arn, state=a.get("state"), kind=a.get("kind"),
+            reason=a["reason"], who=who, via=via, state=a.get("state"), kind=a.get("kind"),
+            channel=a.get("channel"), recipient=a.get("recipient"),
             due_from=a.get("due_from"), due_to=a.get("due_to"), limit=a.get("limit") or 100,
             dry_run=bool(a.get("dry_run")))
     if request.command == "cancel":
-        return commands.cancel(conn, now=now, key=a["key"], tenant=a.get("tenant"),
-                               dry_run=bool(a.get("dry_run")))
+        return commands.cancel(conn, now=now, key=a["key"], tenant=a.get("tenant"), who=who,
+                               via=via, reason=a.get("reason"), dry_run=bool(a.get("dry_run")))
     if request.command == "tenants list":
         return commands.tenants_list(conn)
-    return commands.tenants_set(conn, tenant=a["tenant"],
-                                paused=request.command == "tenants pause",
-                                create=bool(a.get("create")))
+    return commands.tenants_set(conn, now=now, tenant=a["tenant"],
+                                paused=request.command == "tenants pause", who=who, via=via,
+                                reason=a.get("reason"), create=bool(a.get("create")))
 
 
 def response(outcome: Outcome, caller: Caller | None) -> dict[str, Any]:

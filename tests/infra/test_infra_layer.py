@@ -6,10 +6,23 @@ import re
 import struct
 from pathlib import Path
 
-from infra.layer import PLATFORM, RUNTIME_PROVIDED, layer_is_current, stage_code
+from infra.layer import (
+    LAYER_REQUIREMENTS,
+    PLATFORM,
+    RUNTIME_PROVIDED,
+    STAMP_NAME,
+    _stamp,
+    layer_is_current,
+    pip_command,
+    resolved_versions,
+    stage_code,
+    staleness,
+)
+from infra.lock import LOCK_FILE, read_lock, render_lock
 from tests.infra.synth import Synthesized
 
 ELF_MACHINE_AARCH64 = 183
+CONSOLE_ONLY = ("starlette", "jinja2", "uvicorn", "pygal", "multipart", "python_multipart")
 WHEEL_TAG = re.compile(r"^cp313-cp313-manylinux(?:_(\d+)_(\d+)|2014)_aarch64$")
 # Lambda's python3.13 runtime: Amazon Linux 2023, glibc 2.34.
 LAMBDA_GLIBC = (2, 34)
@@ -59,6 +72,9 @@ def test_layer_holds_the_packages_the_functions_import(layer_dir: Path) -> None:
         assert (site_packages / package).is_dir(), package
     for package in RUNTIME_PROVIDED:
         assert not (site_packages / package).exists(), package
+    for package in CONSOLE_ONLY:  # the console's libraries stay on the operator's machine
+        assert not (site_packages / package).exists(), package
+        assert not any(package in r for r in LAYER_REQUIREMENTS), LAYER_REQUIREMENTS
     assert not list(site_packages.rglob("__pycache__"))
     assert layer_is_current(layer_dir)
 
@@ -72,6 +88,8 @@ def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -
     (source / "shared" / "reminders" / "__init__.py").write_text("")
     (source / "shared" / "reminders" / "db" / "queries.sql").write_text("-- name: x\n")
     (source / "shared" / "reminders" / "stale.pyc").write_bytes(b"")
+    (source / "shared" / "reminders" / "console" / "templates").mkdir(parents=True)
+    (source / "shared" / "reminders" / "console" / "app.py").write_text("import starlette\n")
 
     staged = stage_code(tmp_path / "out", source)
 
@@ -93,3 +111,63 @@ def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synth
     (layer,) = default.resources("AWS::Lambda::LayerVersion").values()
     assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
     assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
+
+
+# What a build resolved into build/layer/python, as its .dist-info directories name it.
+RECORDED_LAYER = (
+    "aws_lambda_powertools-3.37.0", "aws_xray_sdk-2.15.0", "jmespath-1.1.0", "psycopg-3.3.9",
+    "psycopg_binary-3.3.9", "python_dateutil-2.9.0.post0", "six-1.17.0",
+    "typing_extensions-4.16.0", "tzdata-2026.6", "urllib3-2.8.0", "wrapt-2.5.2",
+)
+RECORDED_PINS = {
+    "aws-lambda-powertools": "3.37.0", "aws-xray-sdk": "2.15.0", "jmespath": "1.1.0",
+    "psycopg": "3.3.9", "psycopg-binary": "3.3.9", "python-dateutil": "2.9.0.post0",
+    "six": "1.17.0", "typing-extensions": "4.16.0", "tzdata": "2026.6", "urllib3": "2.8.0",
+    "wrapt": "2.5.2", "ruff": "0.17.6",
+}
+
+
+def _recorded_layer(root: Path, dists: tuple[str, ...] = RECORDED_LAYER,
+                    pins: dict[str, str] = RECORDED_PINS) -> tuple[Path, Path]:
+    """A layer directory holding only the recorded metadata, its stamp, and a lock."""
+    site_packages = root / "layer" / "python"
+    for dist in dists:
+        (site_packages / f"{dist}.dist-info").mkdir(parents=True)
+    (root / "layer" / STAMP_NAME).write_text(_stamp() + "\n")
+    lock = root / "lock.txt"
+    lock.write_text(render_lock(pins))
+    return root / "layer", lock
+
+
+def test_layer_is_current_when_what_it_resolved_is_the_pinned_set(tmp_path: Path) -> None:
+    layer, lock = _recorded_layer(tmp_path)
+    assert resolved_versions(layer / "python")["python-dateutil"] == "2.9.0.post0"
+    assert staleness(resolved_versions(layer / "python"), RECORDED_PINS) == []
+    assert layer_is_current(layer, lock)
+
+
+def test_a_new_pin_makes_the_layer_stale_though_the_requirements_read_the_same(
+        tmp_path: Path) -> None:
+    # The requirement is the bare "tzdata": its stamp does not change when the pin moves.
+    layer, lock = _recorded_layer(tmp_path, pins={**RECORDED_PINS, "tzdata": "2027.1"})
+    assert (layer / STAMP_NAME).read_text().strip() == _stamp()
+    assert not layer_is_current(layer, lock)
+    assert staleness(resolved_versions(layer / "python"), read_lock(lock)) == [
+        "tzdata is 2026.6, pinned 2027.1"]
+
+
+def test_a_package_the_lock_does_not_pin_or_a_missing_requirement_makes_it_stale(
+        tmp_path: Path) -> None:
+    unpinned = {k: v for k, v in RECORDED_PINS.items() if k != "wrapt"}
+    resolved = {k: v for k, v in RECORDED_PINS.items() if k != "ruff"}
+    assert staleness(resolved, unpinned) == ["wrapt 2.5.2 is not pinned in lock.txt"]
+    without_tzdata = tuple(d for d in RECORDED_LAYER if not d.startswith("tzdata"))
+    layer, lock = _recorded_layer(tmp_path, dists=without_tzdata)
+    assert not layer_is_current(layer, lock)
+    assert staleness(resolved_versions(layer / "python"), RECORDED_PINS) == [
+        "tzdata is not in the layer"]
+
+
+def test_the_layer_is_built_under_the_lock(tmp_path: Path) -> None:
+    command = pip_command(tmp_path)
+    assert command[command.index("--constraint") + 1] == str(LOCK_FILE)

@@ -489,3 +489,94 @@ def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connecti
     assert conn.execute("select count(*) as n from deliveries where state = 'scheduled'"
                         ).fetchone() == {"n": 2}
     assert cli("cancel", "k1", "--json").json()["suppressed"] == 2
+
+
+def test_every_operator_action_records_who_and_why(cli: Cli, conn: db.Connection) -> None:
+    url = "https://hooks.example.com/r"
+    alice = {"REMINDERS_ACTOR": "alice@example.com"}
+    cli("kinds", "set", "trip", "--max-attempts", "3", "--reason", "CHG-1", "--json",
+        **alice).json()
+    cli("endpoints", "add", url, "--secret", new_secret(), "--reason", "CHG-2", "--json",
+        **alice).json()
+    made = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
+               "--to", url, "--at", DUE, "--kind", "trip", "--key", "k1", "--json").json()
+    key = made["delivery_key"]
+    cli("tenants", "pause", "acme", "--reason", "INC-7 receiver down", "--json", **alice).json()
+    cli("tenants", "pause", "acme", "--reason", "again", "--json", **alice).json()  # no change
+    cli("tenants", "resume", "acme", "--json", REMINDERS_ACTOR="bob").json()
+    cli("endpoints", "rotate-secret", url, "--secret", new_secret(), "--reason", "leaked",
+        "--json", **alice).json()
+    conn.execute("update deliveries set state = 'unknown', reason = 'test'")
+    cli("reconcile", key, "--as", "failed", "--reason", "receiver log: nothing", "--json",
+        **alice).json()
+    cli("cancel", "k1", "--reason", "customer left", "--json", **alice).json()
+    cli("endpoints", "remove", url, "--reason", "CHG-3", "--json", **alice).json()
+
+    shown = cli("show", key, "--json").json()
+    assert shown["events"][-1] == {"at": "2027-03-01T09:00:00Z", "actor": "operator",
+                                   "who": "alice@example.com", "event": "reconciled as failed",
+                                   "detail": "receiver log: nothing"}
+    assert [(a["who"], a["action"], a["object"], a["name"], a["reason"])
+            for a in shown["operator_actions"]] == [
+        ("alice@example.com", "set", "kind", "trip", "CHG-1"),
+        ("alice@example.com", "added", "endpoint", url, "CHG-2"),
+        ("alice@example.com", "paused", "tenant", "acme", "INC-7 receiver down"),
+        ("bob", "resumed", "tenant", "acme", None),
+        ("alice@example.com", "rotated the secret of", "endpoint", url, "leaked"),
+        ("alice@example.com", "cancelled", "schedule", "k1", "customer left"),
+        ("alice@example.com", "removed", "endpoint", url, "CHG-3"),
+    ]
+    text = cli("show", key).out
+    for line in ("operator alice@example.com: paused tenant acme (INC-7 receiver down)",
+                 "operator bob: resumed tenant acme (no reason given)",
+                 "operator alice@example.com: reconciled as failed (receiver log: nothing)",
+                 "operator alice@example.com: cancelled schedule k1 (customer left)",
+                 f"operator alice@example.com: removed endpoint {url} (CHG-3)"):
+        assert f"  2027-03-01T09:00:00Z  {line}" in text.splitlines(), (line, text)
+
+
+def test_without_reminders_actor_the_os_user_is_recorded(cli: Cli) -> None:
+    import getpass
+
+    cli("tenants", "pause", "acme", "--create", "--json").json()
+    got = cli("schedule", "--tenant", "acme", "--recipient", "a@example.com", "--channel",
+              "email", "--at", DUE, "--key", "k1", "--json").json()
+    (action,) = cli("show", got["delivery_key"], "--json").json()["operator_actions"]
+    assert (action["who"], action["action"], action["reason"]) == (
+        getpass.getuser(), "paused", None)
+    error(cli("tenants", "resume", "acme", REMINDERS_ACTOR=" "), 2,
+          "REMINDERS_ACTOR: expected a name such as alice@example.com, got ' '")
+    error(cli("tenants", "resume", "acme", "--reason", "a\nb"), 2,
+          "--reason: contains a line break: 'a\\nb'")
+    assert cli("tenants", "list", "--json").json()[0]["paused"] is True
+
+
+# ---------------------------------------------------------------- what the console shares
+
+
+def test_a_pause_with_a_reason_is_recorded_with_who_and_why(cli: Cli,
+                                                            conn: db.Connection) -> None:
+    from reminders import operator
+
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    assert cli("tenants", "pause", "acme", "--reason", "billing dispute", "--json").json() == {
+        "tenant": "acme", "paused": True, "changed": True}
+    cli("tenants", "pause", "acme", "--reason", "again", "--json").json()  # no change
+    cli("tenants", "resume", "acme", "--json").json()  # no reason: recorded without one
+    rows = conn.execute("select who, via, action, object, name, tenant, reason, detail"
+                        " from operator_actions order by id").fetchall()
+    assert rows == [
+        {"who": operator.current_user(), "via": "cli", "action": "paused", "object": "tenant",
+         "name": "acme", "tenant": "acme", "reason": "billing dispute", "detail": {}},
+        {"who": operator.current_user(), "via": "cli", "action": "resumed",
+         "object": "tenant", "name": "acme", "tenant": "acme", "reason": None, "detail": {}}]
+    error(cli("tenants", "pause", "acme", "--reason", " "), 2,
+          "--reason: empty; say why, or leave --reason out")
+
+
+def test_the_attention_list_is_the_parked_states_only(cli: Cli) -> None:
+    cli(*EMAIL, "--recipient", "a@example.com", "--json").json()
+    got = cli("list", "--attention", "--json")
+    assert (got.code, json.loads(got.out)) == (0, [])
+    error(cli("list", "--attention", "--state", "scheduled"), 2,
+          "state must be one of unknown, dead, failed, stale, got 'scheduled'")

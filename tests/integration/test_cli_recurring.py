@@ -3,6 +3,7 @@ a user runs it: a separate process, JSON on stdout, one clear line on stderr for
 
 from __future__ import annotations
 
+import getpass
 import platform
 import re
 from pathlib import Path
@@ -391,7 +392,7 @@ def test_an_unknown_delivery_reconciled_as_retry_is_due_again_with_an_operator_e
     shown = cli("show", key, "--json", now=now).json()
     assert (shown["state"], shown["reason"]) == ("scheduled", "operator: no trace")
     assert (shown["due_at"], shown["occurrence_at"]) == (now, FIRST_DUE)
-    assert shown["events"][-1] == {"at": now, "actor": "operator",
+    assert shown["events"][-1] == {"at": now, "actor": "operator", "who": getpass.getuser(),
                                    "event": "reconciled as retry", "detail": "no trace"}
     assert [e for e in shown["events"] if e["actor"] == "operator"] == [shown["events"][-1]]
     assert cli("list", "--state", "unknown", "--json", now=now).json() == []

@@ -79,17 +79,30 @@ def test_status_answers_as_the_local_command_with_the_queues_and_the_caller(
 def test_a_reconcile_records_the_verified_caller_with_the_event(
         ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection) -> None:
     schedule(cli)
+    schedule(cli, "inv-2")
     conn.execute("update deliveries set state = 'unknown', reason = 'test'")
     answer = invoke(sts, "reconcile", {"key": None, "tenant": "acme", "state": "unknown",
-                                       "kind": None, "due_from": None, "due_to": None,
-                                       "limit": 10, "dry_run": False, "as": "sent",
-                                       "reason": "receiver log shows it"})
+                                       "kind": None, "channel": "email",
+                                       "recipient": "a@example.com", "due_from": None,
+                                       "due_to": None, "limit": 1, "dry_run": False,
+                                       "as": "sent", "reason": "receiver log shows it"})
     assert answer["code"] == 0, answer
     assert [d["state"] for d in answer["data"]["reconciled"]] == ["sent"]
-    (event,) = conn.execute("select actor, event, detail from delivery_events "
+    assert answer["data"]["more"] is True
+    (event,) = conn.execute("select actor, who, event, detail from delivery_events "
                             "where event like 'reconciled%%'").fetchall()
-    assert event["actor"] == "operator"
-    assert event["detail"] == f"receiver log shows it (bulk, by {MOTO_ARN})"
+    assert event == {"actor": "operator", "who": MOTO_ARN, "event": "reconciled as sent",
+                     "detail": "receiver log shows it (bulk through the operations function, "
+                               f"by {MOTO_ARN})"}
+    (action,) = conn.execute("select who, via, action, object, name, tenant, reason, detail "
+                             "from operator_actions").fetchall()
+    assert action == {
+        "who": MOTO_ARN, "via": "ops", "action": "reconciled as sent", "object": "deliveries",
+        "name": "state=unknown tenant=acme channel=email recipient=a@example.com",
+        "tenant": "acme", "reason": "receiver log shows it",
+        "detail": {"filters": {"state": "unknown", "tenant": "acme", "channel": "email",
+                               "recipient": "a@example.com", "limit": 1},
+                   "reconciled": 1, "refused": 0}}
 
 
 def test_one_reconcile_by_key_names_the_caller(ops_runtime: runtime.Runtime, sts: Any, cli: Cli,
@@ -99,9 +112,12 @@ def test_one_reconcile_by_key_names_the_caller(ops_runtime: runtime.Runtime, sts
     key = one(conn, "select delivery_key from deliveries")["delivery_key"]
     answer = invoke(sts, "reconcile", {"key": key, "as": "retry", "reason": "endpoint fixed"})
     assert answer["code"] == 0, answer
-    detail = one(conn, "select detail from delivery_events where event = "
-                       "'reconciled as retry'")["detail"]
-    assert detail == f"endpoint fixed (by {MOTO_ARN})"
+    event = one(conn, "select who, detail from delivery_events where event = "
+                      "'reconciled as retry'")
+    assert event == {"who": MOTO_ARN, "detail": "endpoint fixed"}
+    shown = invoke(sts, "show", {"key": key})
+    assert shown["data"]["events"][-1]["who"] == MOTO_ARN
+    assert f"operator {MOTO_ARN}: reconciled as retry (endpoint fixed)" in shown["text"]
 
 
 def test_errors_keep_the_local_exit_statuses(ops_runtime: runtime.Runtime, sts: Any,
@@ -120,14 +136,50 @@ def test_writes_through_the_function_change_the_database(ops_runtime: runtime.Ru
     schedule(cli)
     dry = invoke(sts, "cancel", {"key": "inv-1", "dry_run": True})
     assert dry["code"] == 0 and len(dry["data"]["would_suppress"]) == 1
-    done = invoke(sts, "cancel", {"key": "inv-1"})
+    done = invoke(sts, "cancel", {"key": "inv-1", "reason": "customer left"})
     assert done["data"] == {"tenant": "acme", "schedule_key": "inv-1", "suppressed": 1,
                             "changed": True}
     assert one(conn, "select state from schedules")["state"] == "cancelled"
-    paused = invoke(sts, "tenants pause", {"tenant": "acme"})
+    paused = invoke(sts, "tenants pause", {"tenant": "acme", "reason": "INC-7"})
     assert paused["data"] == {"tenant": "acme", "paused": True, "changed": True}
+    again = invoke(sts, "tenants pause", {"tenant": "acme"})  # no change: nothing recorded
+    assert again["text"] == "tenant acme paused (already)"
     listed = invoke(sts, "tenants list")
     assert [t["paused"] for t in listed["data"]] == [True]
+    # Who did it is the proven caller, in Postgres beside the command line's and the console's.
+    rows = conn.execute("select who, via, action, object, name, tenant, reason "
+                        "from operator_actions order by id").fetchall()
+    assert rows == [
+        {"who": MOTO_ARN, "via": "ops", "action": "cancelled", "object": "schedule",
+         "name": "inv-1", "tenant": "acme", "reason": "customer left"},
+        {"who": MOTO_ARN, "via": "ops", "action": "paused", "object": "tenant",
+         "name": "acme", "tenant": "acme", "reason": "INC-7"}]
+
+
+def test_the_attention_list_and_reasons_are_checked_as_locally(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection) -> None:
+    schedule(cli)
+    schedule(cli, "inv-2")
+    conn.execute("update deliveries set state = 'dead', reason = 'budget spent' "
+                 "where schedule_id = (select id from schedules where schedule_key = 'inv-2')")
+    answer = invoke(sts, "list", {"attention": True})
+    assert [(r["state"], r["reason"]) for r in answer["data"]] == [("dead", "budget spent")]
+    assert answer["data"] == cli("list", "--attention", "--json").json()
+    answer = invoke(sts, "list", {"attention": True, "state": "scheduled"})
+    assert answer["code"] == 2
+    assert answer["error"] == "state must be one of unknown, dead, failed, stale, got 'scheduled'"
+    for command, args in (("tenants pause", {"tenant": "acme", "reason": "a\nb"}),
+                          ("cancel", {"key": "inv-1", "reason": "a\nb"})):
+        answer = invoke(sts, command, args)
+        local = cli(*command.split(), args.get("key") or args["tenant"], "--reason", "a\nb")
+        assert (answer["code"], answer["error"]) == (2, "--reason: contains a line break: "
+                                                        "'a\\nb'")
+        assert (local.code, local.err) == (2, f"reminders: error: {answer['error']}\n")
+    answer = invoke(sts, "tenants resume", {"tenant": "acme", "reason": " "})
+    assert answer["error"] == "--reason: empty; say why, or leave --reason out"
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 0}
+    assert one(conn, "select state from schedules where schedule_key = 'inv-1'")["state"] == (
+        "active")
 
 
 @pytest.mark.parametrize(("command", "args", "line"), [
@@ -238,6 +290,14 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
     assert (got.code, got.out, got.err) == (0, "cancelled inv-1: 1 pending deliveries "
                                                "suppressed\n", "")
     assert one(conn, "select state from schedules")["state"] == "cancelled"
+    got = remote("--stack", deployed, "tenants", "pause", "acme", "--reason", "INC-9")
+    assert (got.code, got.out, got.err) == (0, "tenant acme paused\n", "")
+    rows = conn.execute("select who, via, action, reason from operator_actions order by id"
+                        ).fetchall()
+    assert rows == [{"who": MOTO_ARN, "via": "ops", "action": "cancelled", "reason": None},
+                    {"who": MOTO_ARN, "via": "ops", "action": "paused", "reason": "INC-9"}]
+    sent = json.loads(lambda_endpoint[1].calls[-1]["body"])
+    assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
 
 
 def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli,

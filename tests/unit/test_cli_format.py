@@ -69,6 +69,6 @@ def test_every_option_of_every_command_has_help() -> None:
 
 
 def test_the_parser_names_the_bulk_states_the_commands_accept() -> None:
-    from reminders import operator_commands
+    from reminders import operator
 
-    assert cli.BULK_STATES == operator_commands.BULK_STATES
+    assert cli.BULK_STATES == operator.BULK_STATES

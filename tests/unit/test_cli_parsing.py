@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import timedelta
 from uuid import UUID
@@ -382,3 +383,30 @@ def test_the_webhook_channel_gets_the_send_timeout() -> None:
     webhook = build_channels(settings, client)["webhook"]
     assert isinstance(webhook, WebhookChannel)
     assert (webhook.send_timeout, webhook.read_timeout) == (4.5, 2.0)
+
+
+# ---------------------------------------------------------------- help
+
+
+def _commands() -> list[tuple[str, argparse.ArgumentParser]]:
+    from reminders.cli import build_parser
+
+    found: list[tuple[str, argparse.ArgumentParser]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    found.append((f"{path} {name}".strip(), child))
+                    walk(child, f"{path} {name}")
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_option_has_help_and_every_command_an_example() -> None:
+    for name, parser in _commands():
+        for action in parser._actions:
+            if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                assert action.help, (name, action.option_strings or action.dest)
+        assert "e.g." in parser.format_help().lower(), name

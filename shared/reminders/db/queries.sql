@@ -555,11 +555,15 @@ from unnest(%(tenants)s::text[], %(ids)s::bigint[], %(events)s::text[], %(detail
     as r(tenant, id, event, detail);
 -- ---------------------------------------------------------------- operator reads
 
--- name: status_by_state
--- CROSS-TENANT unless a tenant is given: the operator's view.
-select state, channel, count(*) as n from deliveries
-where (%(tenant)s::text is null or tenant = %(tenant)s)
-group by state, channel order by state, channel;
+-- name: status_breakdown
+-- CROSS-TENANT unless a tenant is given: the operator's view, counts by tenant, kind, channel
+-- and state (`status` and the console's overview both read it; the one read that counts every
+-- row, so it costs what the table holds: retention bounds that).
+select d.tenant, s.kind, d.channel, d.state, count(*) as n
+from deliveries d join schedules s on s.id = d.schedule_id
+where (%(tenant)s::text is null or d.tenant = %(tenant)s)
+group by d.tenant, s.kind, d.channel, d.state
+order by d.tenant, s.kind, d.channel, d.state;
 
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
@@ -633,8 +637,28 @@ select attempt_no, started_at, finished_at, outcome, status_code, detail, retry_
 from attempts where delivery_id = %(id)s and tenant = %(tenant)s order by attempt_no;
 
 -- name: events_of_delivery
-select at, actor, event, detail from delivery_events
-where delivery_id = %(id)s and tenant = %(tenant)s order by id;
+select at, actor, who, event, detail from delivery_events
+where delivery_id = %(id)s and tenant = %(tenant)s order by id limit 1000;
+
+-- name: operator_event_add
+-- An operator's action on one delivery: who and why.
+insert into delivery_events (tenant, delivery_id, at, actor, who, event, detail)
+values (%(tenant)s, %(id)s, %(now)s, 'operator', %(who)s, %(event)s, %(detail)s);
+
+-- name: operator_action_add
+insert into operator_actions (at, who, action, object, tenant, name, reason, via, detail)
+values (%(now)s, %(who)s, %(action)s, %(object)s, %(tenant)s, %(name)s, %(reason)s, %(via)s,
+        %(detail)s);
+
+-- name: operator_actions_of_delivery
+-- The latest operator actions on a delivery's tenant, endpoint, kind and schedule, oldest first.
+select at, who, action, object, name, reason from (
+    select * from operator_actions
+    where (object, name) in (('tenant', %(tenant)s), ('endpoint', %(destination)s),
+                             ('kind', %(kind)s), ('schedule', %(schedule_key)s))
+      and (tenant is null or tenant = %(tenant)s)
+    order by id desc limit %(limit)s
+) latest order by id;
 
 -- name: tenant_get
 select id, paused, created_at from tenants where id = %(tenant)s;
@@ -704,3 +728,68 @@ returning id, tenant, url;
 update endpoints set secret = %(secret)s
 where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
 returning id, tenant, url;
+
+-- ---------------------------------------------------------------- operator reads (console)
+
+-- name: oldest_overdue_delivery
+-- The oldest pending delivery already due (paused tenants included): one probe of the due
+-- index and one of the leased-due index.
+select tenant, delivery_key, due_at, state from (
+    (select d.tenant, d.delivery_key, d.due_at, d.state, d.id from deliveries d
+     where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
+       and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+     order by d.due_at, d.id limit 1)
+    union all
+    (select d.tenant, d.delivery_key, d.due_at, d.state, d.id from deliveries d
+     where d.state = 'leased' and d.due_at <= %(now)s
+       and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+     order by d.due_at limit 1)
+) o order by due_at, id limit 1;
+
+-- name: lateness_histogram
+-- CROSS-TENANT unless a tenant is given. Sends in (since, now], counted by lateness (occurrence
+-- due -> sent, in seconds) into the buckets `bounds` (width_bucket: 0 below the first bound),
+-- and one row (bucket null) with the count and p50/p95/p99: an index-only range of the
+-- sent-at index over the window, never the whole table.
+with sent as materialized (
+    select extract(epoch from d.updated_at - d.occurrence_at)::float8 as late
+    from deliveries d
+    where d.state = 'sent' and d.updated_at > %(since)s and d.updated_at <= %(now)s
+      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+)
+select width_bucket(late, %(bounds)s::float8[]) as bucket, count(*) as n, null::float8[] as pcts
+from sent group by 1
+union all
+select null, count(*), percentile_cont(array[0.5, 0.95, 0.99]) within group (order by late)
+from sent;
+
+-- name: deliveries_parked_page
+-- CROSS-TENANT unless a tenant is given: the operator's worklist, parked deliveries (unknown,
+-- dead, failed, stale) with every filter optional, by due time then id off the parked index,
+-- so a page continues after (due_at, id) of the last row of the previous one.
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.state in ('unknown', 'dead', 'failed', 'stale')
+  and (%(state)s::text is null or d.state = %(state)s)
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(channel)s::text is null or d.channel = %(channel)s)
+  and (%(recipient)s::text is null or d.recipient = %(recipient)s)
+  and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
+  and (%(due_to)s::timestamptz is null or d.due_at < %(due_to)s)
+  and (%(after_due)s::timestamptz is null or (d.due_at, d.id) > (%(after_due)s, %(after_id)s))
+order by d.due_at, d.id
+limit %(limit)s;
+
+-- name: schedule_of_delivery
+select s.schedule_key, s.kind, s.state, s.channel, s.at, s.rrule, s.tz, s.local_start,
+       s.gap_policy, s.overlap_policy, s.revision, s.generation
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.id = %(id)s and d.tenant = %(tenant)s;
+
+-- name: operator_actions_recent
+-- CROSS-TENANT: the newest operator actions, off their time index.
+select id, at, who, via, action, object, name, tenant, reason, detail from operator_actions
+order by at desc, id desc limit %(limit)s;

@@ -35,7 +35,7 @@ def _stats(receiver_url: str) -> dict[str, Any]:
         return data
 
 
-def _setup(conn: db.Connection, rcv: str, secret: str, now: datetime) -> list[Case]:
+def setup(conn: db.Connection, rcv: str, secret: str, now: datetime) -> list[Case]:
     def hook(name: str, query: str = "") -> str:
         url = f"{rcv}/hooks/{name}{query}"
         db.execute(conn, "endpoint_add", {"tenant": None, "url": url, "secret": secret})
@@ -91,6 +91,22 @@ def _setup(conn: db.Connection, rcv: str, secret: str, now: datetime) -> list[Ca
     return cases
 
 
+def drive(rt: runtime.Runtime, conn: db.Connection, clock: FixedClock, *,
+          horizon: timedelta = HORIZON) -> int:
+    """Ticks and their work on the simulated clock, jumping to the next due instant each
+    round, until nothing falls due within ``horizon``; returns the rounds run."""
+    start, rounds = clock.now(), 0
+    while rounds < MAX_ROUNDS:
+        pipeline.run(rt, max_seconds=30)
+        rounds += 1
+        row = db.fetch_one(conn, "next_due") or {}
+        following = row.get("at")
+        if following is None or following > start + horizon:
+            break
+        clock.set(max(following, clock.now() + timedelta(seconds=1)))
+    return rounds
+
+
 def main(*, json_output: bool = False) -> int:
     began = time.monotonic()
     if "REMINDERS_DEMO_LOGS" not in os.environ:  # the report says what happened; logs are noise
@@ -116,20 +132,13 @@ def main(*, json_output: bool = False) -> int:
     rt = runtime.from_env(env, clock=clock)
     conn = rt.connection()
     with db.transaction(conn):
-        cases = _setup(conn, local.receiver_url, local.receiver_secret, clock.now())
+        cases = setup(conn, local.receiver_url, local.receiver_secret, clock.now())
     # A message nobody can read: the consumer fails it, SQS dead-letters it after
     # maxReceiveCount tries, and the redrive function parks it with the reason.
     rt.deliveries.send_raw("{not json", {})
     before = _stats(local.receiver_url)
-    start, rounds = clock.now(), 0
-    while rounds < MAX_ROUNDS:  # a tick and its work, then jump to the next due instant
-        pipeline.run(rt, max_seconds=30)
-        rounds += 1
-        row = db.fetch_one(conn, "next_due") or {}
-        following = row.get("at")
-        if following is None or following > start + HORIZON:
-            break
-        clock.set(max(following, clock.now() + timedelta(seconds=1)))
+    start = clock.now()
+    rounds = drive(rt, conn, clock)
     after = _stats(local.receiver_url)
     parked = rt.parking.receive(10)
     minutes = round((clock.now() - start).total_seconds() / 60)

@@ -1,0 +1,378 @@
+"""The console's pages and actions (Starlette, Jinja2 templates, no script in the page).
+
+Every read and every action goes through :mod:`reminders.operator`, as the command line's do.
+Actions are two steps: a GET shows what would change (a bulk action's count and keys, from a
+dry run) and a form with a required reason; the POST does it. Every POST carries this
+process's CSRF token and, when the browser sends one, an Origin of this console; the Host
+header must name this machine, so a page elsewhere can neither post here nor read a page
+through a name rebound to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData, QueryParams
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from reminders import operator
+from reminders.cli_format import duration
+from reminders.console.charts import lateness_svg
+from reminders.console.serve import ConsoleContext
+from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound, RemindersError
+
+HERE = Path(__file__).resolve().parent
+CHANNELS = ("webhook", "email", "sms")
+PAGE_SIZES = (25, 50, 100, 200)
+BULK_LIMIT_MAX = 1000
+FILTERS = ("state", "tenant", "kind", "channel", "recipient", "due_from", "due_to")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                "img-src 'self' data:; script-src 'none'; "
+                                "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _text(params: QueryParams | FormData, name: str) -> str | None:
+    value = params.get(name)
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _instant(text: str | None, field: str) -> datetime | None:
+    """An ISO-8601 instant; without an offset it is read as UTC (the page says so)."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T"))
+    except ValueError:
+        raise InvalidInput(f"{field}: not an ISO-8601 instant: {text!r} "
+                           "(e.g. 2027-03-01T09:00:00Z)") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _limit(text: str | None, field: str, default: int, high: int) -> int:
+    if text is None:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= high:
+        raise InvalidInput(f"{field}: a whole number from 1 to {high}, got {text!r}")
+    return int(text)
+
+
+def _cursor(text: str | None) -> tuple[datetime, int] | None:
+    if text is None:
+        return None
+    stamp, _, ident = text.rpartition("/")
+    if not stamp or not ident.isdigit():
+        raise InvalidInput(f"after: not a page cursor: {text!r}")
+    value = _instant(stamp, "after")
+    assert value is not None
+    return value, int(ident)
+
+
+def _filters(params: QueryParams | FormData, *, states: tuple[str, ...]) -> dict[str, Any]:
+    state = _text(params, "state")
+    if state is not None and state not in states:
+        raise InvalidInput(f"state: one of {', '.join(states)}, got {state!r}")
+    channel = _text(params, "channel")
+    if channel is not None and channel not in CHANNELS:
+        raise InvalidInput(f"channel: one of {', '.join(CHANNELS)}, got {channel!r}")
+    return {"state": state, "tenant": _text(params, "tenant"), "kind": _text(params, "kind"),
+            "channel": channel, "recipient": _text(params, "recipient"),
+            "due_from": _instant(_text(params, "due_from"), "due from"),
+            "due_to": _instant(_text(params, "due_to"), "due to")}
+
+
+def _query(values: dict[str, Any]) -> str:
+    clean = {k: (v.isoformat().replace("+00:00", "Z") if isinstance(v, datetime) else v)
+             for k, v in values.items() if v not in (None, "")}
+    return urlencode(clean)
+
+
+def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starlette:
+    token = secrets.token_urlsafe(32)  # this process's: a console restarted needs a reload
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    env = templates.env
+    env.globals.update(csrf_token=token, refresh_seconds=ctx.refresh_seconds,
+                       states=operator.STATES, parked_states=operator.PARKED_STATES,
+                       bulk_states=operator.BULK_STATES, channels=CHANNELS,
+                       targets=operator.RECONCILE_TARGETS, actor=ctx.actor,
+                       page_sizes=PAGE_SIZES)
+    env.filters["duration"] = lambda v: duration(v, none="-")
+    env.filters["query"] = _query
+
+    def page(request: Request, name: str, context: dict[str, Any],
+             status_code: int = 200) -> Response:
+        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    def failure(request: Request, exc: BaseException) -> Response:
+        if isinstance(exc, NotFound):
+            code = 404
+        elif isinstance(exc, DatabaseUnavailable):
+            code = 503
+        elif isinstance(exc, RemindersError):
+            code = 400
+        else:
+            code = 500
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if code == 500:
+            first = f"{type(exc).__name__}: {first}"
+        return page(request, "error.html", {"title": "Error", "message": first}, code)
+
+    async def read(request: Request, work: Callable[[Any], dict[str, Any]],
+                   name: str) -> Response:
+        """Run ``work(conn)`` off the event loop on a connection of its own; render ``name``."""
+
+        def run() -> dict[str, Any]:
+            with ctx.connect() as conn:
+                return work(conn)
+
+        try:
+            context = await run_in_threadpool(run)
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+        return page(request, name, context)
+
+    def check_post(request: Request, form: FormData) -> None:
+        sent = form.get("csrf")
+        if not isinstance(sent, str) or not hmac.compare_digest(sent, token):
+            raise Forbidden("the form is stale or came from elsewhere (no valid CSRF token): "
+                            "reload the page and try again")
+        origin = request.headers.get("origin")
+        if (origin is not None and origin != "null"
+                and urlsplit(origin).netloc != request.headers.get("host")):
+            raise Forbidden(f"a form posted from another origin ({origin}) is refused")
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            raise Forbidden("a form posted from another site is refused")
+
+    def reason_of(form: FormData) -> str:
+        reason = _text(form, "reason")
+        if reason is None:
+            raise InvalidInput("reason: required; say what you checked or why")
+        if any(ch in reason for ch in "\x00\r\n"):
+            raise InvalidInput("reason: one line of text, please")
+        return reason
+
+    async def posted(request: Request, work: Callable[[Any, FormData], dict[str, Any]],
+                     name: str) -> Response:
+        try:
+            form = await request.form(max_files=0, max_fields=2 * BULK_LIMIT_MAX + 50)
+            check_post(request, form)
+        except Forbidden as exc:
+            return page(request, "error.html", {"title": "Refused", "message": str(exc)}, 403)
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+
+        def run() -> dict[str, Any]:
+            with ctx.connect() as conn:
+                return work(conn, form)
+
+        try:
+            context = await run_in_threadpool(run)
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+        return page(request, name, context)
+
+    # ------------------------------------------------------------------ pages
+
+    async def overview(request: Request) -> Response:
+        tenant = _text(request.query_params, "tenant")
+
+        def work(conn: Any) -> dict[str, Any]:
+            now = ctx.now()
+            status = operator.status(conn, now=now, tenant=tenant)
+            status.update(ctx.queues())
+            hour = operator.lateness(conn, now=now, window_seconds=3600, tenant=tenant)
+            day = operator.lateness(conn, now=now, window_seconds=86400, tenant=tenant)
+            return {"title": "Overview", "status": status, "tenant": tenant,
+                    "lateness": [("last hour", hour, lateness_svg(hour, "last hour")),
+                                 ("last day", day, lateness_svg(day, "last day"))],
+                    "actions": operator.recent_actions(conn, limit=15),
+                    "split": _split(status["by_tenant_kind_channel"]), "refresh": True}
+
+        return await read(request, work, "overview.html")
+
+    async def attention(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            filters = _filters(params, states=operator.PARKED_STATES)
+            limit = _limit(_text(params, "limit"), "limit", 50, 500)
+            after = _cursor(_text(params, "after"))
+            rows, more = operator.attention(conn, limit=limit, after=after, **filters)
+            following = (f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None)
+            return {"title": "Attention", "rows": rows, "more": more, "filters": filters,
+                    "limit": limit, "next_cursor": following, "paged": after is not None}
+
+        return await read(request, work, "attention.html")
+
+    async def delivery(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            key, tenant = _text(params, "key"), _text(params, "tenant")
+            if key is None or tenant is None:
+                raise InvalidInput("a delivery is named by key and tenant")
+            data = operator.show(conn, key=key, tenant=tenant)
+            if "deliveries" in data:
+                raise NotFound(f"{key!r} is a schedule key; pick one of its deliveries on "
+                               "the Attention page or with `reminders show`")
+            return {"title": f"Delivery {key}", "d": data}
+
+        return await read(request, work, "delivery.html")
+
+    # ------------------------------------------------------------------ actions
+
+    async def reconcile_confirm(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            key, tenant = _text(params, "key"), _text(params, "tenant")
+            target = _text(params, "as")
+            if key is None or tenant is None:
+                raise InvalidInput("a delivery is named by key and tenant")
+            if target not in operator.RECONCILE_TARGETS:
+                raise InvalidInput(f"as: one of {', '.join(operator.RECONCILE_TARGETS)}")
+            data = operator.show(conn, key=key, tenant=tenant)
+            return {"title": "Confirm: reconcile", "d": data, "target": target}
+
+        return await read(request, work, "confirm_reconcile.html")
+
+    async def reconcile_run(request: Request) -> Response:
+        def work(conn: Any, form: FormData) -> dict[str, Any]:
+            key, tenant = _text(form, "key"), _text(form, "tenant")
+            target = _text(form, "as")
+            if key is None or tenant is None or target is None:
+                raise InvalidInput("a delivery is named by key and tenant, and `as` is needed")
+            reason = reason_of(form)
+            result = operator.reconcile(conn, key=key, tenant=tenant, target=target,
+                                        reason=f"{reason} (console, by {ctx.actor})",
+                                        now=ctx.now(), who=ctx.actor)
+            return {"title": "Done", "what": f"reconciled {key} as {target}",
+                    "result": result, "links": [("the delivery", "/delivery?" + _query(
+                        {"tenant": tenant, "key": key}))]}
+
+        return await posted(request, work, "done.html")
+
+    async def bulk_confirm(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            filters = _filters(params, states=operator.BULK_STATES)
+            target = _text(params, "as") or "retry"
+            limit = _limit(_text(params, "limit"), "limit", 100, BULK_LIMIT_MAX)
+            data = operator.reconcile_bulk(conn, target=target, reason="(counting)",
+                                           limit=limit, now=ctx.now(), actor=ctx.actor,
+                                           via="console", dry_run=True, **filters)
+            return {"title": "Confirm: bulk reconcile", "filters": filters, "target": target,
+                    "limit": limit, "data": data}
+
+        return await read(request, work, "confirm_bulk.html")
+
+    async def bulk_run(request: Request) -> Response:
+        def work(conn: Any, form: FormData) -> dict[str, Any]:
+            filters = _filters(form, states=operator.BULK_STATES)
+            target = _text(form, "as") or ""
+            limit = _limit(_text(form, "limit"), "limit", 100, BULK_LIMIT_MAX)
+            keys = [k for k in form.getlist("keys") if isinstance(k, str)]
+            expected = _limit(_text(form, "count"), "count", 0, BULK_LIMIT_MAX) if keys else 0
+            if len(keys) != expected:
+                raise InvalidInput("the form lost some of the deliveries it counted; "
+                                   "count again")
+            data = operator.reconcile_bulk(conn, target=target, reason=reason_of(form),
+                                           limit=limit, now=ctx.now(), actor=ctx.actor,
+                                           via="console", only_keys=keys, **filters)
+            changed = data.get("changed_since_counted", 0)
+            what = (f"reconciled {len(data['reconciled'])} of the {len(keys)} counted "
+                    f"{filters['state']} deliveries as {target}")
+            if changed:
+                what += f"; {changed} had changed since they were counted and were left alone"
+            return {"title": "Done", "what": what, "result": data, "links": [
+                ("the attention list", "/attention?" + _query(
+                    {k: v for k, v in filters.items() if k != "state"}))]}
+
+        return await posted(request, work, "done.html")
+
+    async def tenant_confirm(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            tenant = _text(params, "tenant")
+            pause = _text(params, "pause")
+            if tenant is None or pause not in ("0", "1"):
+                raise InvalidInput("name a tenant, and pause=1 or pause=0")
+            return {"title": "Confirm: " + ("pause" if pause == "1" else "resume"),
+                    "tenant": operator.tenant(conn, tenant=tenant), "pause": pause == "1"}
+
+        return await read(request, work, "confirm_tenant.html")
+
+    async def tenant_run(request: Request) -> Response:
+        def work(conn: Any, form: FormData) -> dict[str, Any]:
+            tenant = _text(form, "tenant")
+            pause = _text(form, "pause")
+            if tenant is None or pause not in ("0", "1"):
+                raise InvalidInput("name a tenant, and pause=1 or pause=0")
+            result = operator.set_tenant_paused(conn, tenant=tenant, paused=pause == "1",
+                                                now=ctx.now(), actor=ctx.actor, via="console",
+                                                reason=reason_of(form))
+            verb = "paused" if pause == "1" else "resumed"
+            return {"title": "Done", "what": f"tenant {tenant} {verb}" + (
+                "" if result["changed"] else " (it already was)"), "result": result,
+                "links": [("the overview", "/")]}
+
+        return await posted(request, work, "done.html")
+
+    routes = [
+        Route("/", overview),
+        Route("/attention", attention),
+        Route("/delivery", delivery),
+        Route("/actions/reconcile", reconcile_confirm, methods=["GET"]),
+        Route("/actions/reconcile", reconcile_run, methods=["POST"]),
+        Route("/actions/bulk", bulk_confirm, methods=["GET"]),
+        Route("/actions/bulk", bulk_run, methods=["POST"]),
+        Route("/actions/tenant", tenant_confirm, methods=["GET"]),
+        Route("/actions/tenant", tenant_run, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+class Forbidden(Exception):
+    """A POST that did not come from this console's own page."""
+
+
+def _split(rows: list[dict[str, Any]], cap: int = 200) -> dict[str, Any]:
+    """status's tenant x kind x channel x state counts as rows of (tenant, kind, channel) with a
+    count per state, the first ``cap`` rows (the JSON of `status` has them all)."""
+    table: dict[tuple[str, str, str], dict[str, int]] = {}
+    for r in rows:
+        table.setdefault((r["tenant"], r["kind"], r["channel"]), {})[r["state"]] = r["n"]
+    items = sorted(table.items())
+    return {"rows": [(*k, v) for k, v in items[:cap]], "more": max(0, len(items) - cap)}
+
+

@@ -1,0 +1,98 @@
+"""``python -m tests.console_screenshots`` (``make screenshots``): the console's pages as PNGs in
+docs/, taken by Debian's Chromium (apt: chromium) against a local stack of their own (in a
+temporary REMINDERS_HOME, so a running `reminders local up` is left alone) after the demo-like
+traffic of ``tests/console_traffic.py``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlencode
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def main() -> int:
+    home = Path(tempfile.mkdtemp(prefix="reminders-shots-"))
+    os.environ["REMINDERS_HOME"] = str(home)
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    for key in ("DATABASE_URL", "REMINDERS_QUEUE_URL", "REMINDERS_DLQ_URL",
+                "REMINDERS_PARKING_QUEUE_URL", "REMINDERS_NOW"):
+        os.environ.pop(key, None)
+    from reminders import db, runtime
+    from reminders.clock import FixedClock, iso
+    from reminders.db import migrate
+    from reminders.local import stack
+    from reminders.observability import logger
+    from tests import console_traffic
+
+    logger.setLevel("CRITICAL")
+    local = stack.up()
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        env = local.env()
+        env["DATABASE_URL"] = db.create_database(local.database_url, "console_shots")
+        with db.connect(env["DATABASE_URL"]) as conn:
+            migrate.apply(conn)
+        urls = stack.prepare_aws(local.endpoint_url, prefix="shots")
+        env.update({"REMINDERS_QUEUE_URL": urls.deliveries, "REMINDERS_DLQ_URL": urls.dlq,
+                    "REMINDERS_PARKING_QUEUE_URL": urls.parking})
+        for key, value in env.items():
+            os.environ.setdefault(key, value)
+        clock = FixedClock(console_traffic.T0)
+        rt = runtime.from_env(env, clock=clock)
+        conn = rt.connection()
+        receiver = SimpleNamespace(url=local.receiver_url, secret=local.receiver_secret)
+        end = console_traffic.build(rt, conn, clock, receiver)
+        rt.close()
+        port = stack.free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "reminders.cli", "console", "--port", str(port)],
+            env={**os.environ, **env, "REMINDERS_NOW": iso(end)}, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        stack.wait_http(f"{base}/static/console.css")
+        shoot(base)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+        stack.down()
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
+
+
+def shoot(base: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    DOCS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(base + "/")
+        page.screenshot(path=str(DOCS / "console-overview.png"), full_page=True)
+        page.goto(base + "/attention")
+        page.screenshot(path=str(DOCS / "console-attention.png"), full_page=True)
+        page.goto(base + "/attention?tenant=globex&state=dead")
+        with page.expect_navigation():
+            page.locator("tr.parked-row a").first.click()
+        page.screenshot(path=str(DOCS / "console-delivery.png"), full_page=True)
+        page.goto(base + "/actions/bulk?" + urlencode(
+            {"tenant": "globex", "state": "dead", "as": "retry", "limit": 100}))
+        page.fill("input[name=reason]", "globex fixed their endpoint (ticket 4711)")
+        page.screenshot(path=str(DOCS / "console-bulk-confirm.png"), full_page=True)
+        browser.close()
+    for name in ("overview", "attention", "delivery", "bulk-confirm"):
+        path = DOCS / f"console-{name}.png"
+        print(f"{path.relative_to(DOCS.parent)}: {path.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
