@@ -87,7 +87,11 @@ def render_schema(conn: db.Connection) -> str:
 
 def test_migrations_are_numbered_from_one_without_gaps() -> None:
     found = migrate.available()
-    assert [m.version for m in found] == list(range(1, len(found) + 1))
+    versions = [m.version for m in found]
+    # A number reserved for a migration on another branch may be missing until it lands.
+    assert versions == [v for v in range(1, versions[-1] + 1)
+                        if v not in migrate.RESERVED or v in versions]
+    assert set(range(1, versions[-1] + 1)) - set(versions) <= migrate.RESERVED
     assert found[0].version == 1 and found[0].name == "initial"
     for m in found:
         assert re.fullmatch(r"[a-z0-9_]+", m.name)
