@@ -463,7 +463,11 @@ def cmd_endpoints_rotate(args: argparse.Namespace) -> int:
     from reminders.channels.signing import validate_secret
 
     validate_secret(secret)
-    overlap = parse_duration(args.overlap or DEFAULT_OVERLAP, "--overlap") or timedelta(0)
+    text = (args.overlap or DEFAULT_OVERLAP).strip()
+    overlap = timedelta(0) if text == "0" else parse_duration(text, "--overlap")
+    if overlap is None:
+        raise InvalidInput(f"--overlap: give a duration such as 24h, or 0 to replace the "
+                           f"secret at once, not {args.overlap!r}")
     box = _secret_box(env)
     with _conn() as conn:
         rotation = endpoints.rotate(conn, box, tenant=args.tenant, url=args.url,
