@@ -405,7 +405,7 @@ def _secret_box(env: dict[str, str]) -> Any:
 
 
 def cmd_endpoints_add(args: argparse.Namespace) -> int:
-    from reminders import endpoints
+    from reminders import db, endpoints
     from reminders.channels.signing import validate_secret
 
     env = _aws_environment()
@@ -415,14 +415,11 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
     if args.tenant:
         _plain_text(args.tenant, "--tenant")
     box = _secret_box(env)
-    with _conn() as conn:
-        from reminders import db
-
-        with db.transaction(conn):
-            if args.tenant:
-                db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
-            row = endpoints.register(conn, box, tenant=args.tenant, url=url, secret=secret,
-                                     now=_now())
+    with _conn() as conn, db.transaction(conn):
+        if args.tenant:
+            db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
+        row = endpoints.register(conn, box, tenant=args.tenant, url=url, secret=secret,
+                                 now=_now())
     emit(args, row, f"endpoint registered: {url} (secret encrypted with {box.key_id})")
     return 0
 
