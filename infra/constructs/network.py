@@ -15,8 +15,9 @@ PRIVATE_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATE
 EGRESS_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 # Every AWS API a function calls from inside the VPC, reached without the internet: SQS
-# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES and SNS
-# (consumer). Nothing calls CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
+# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES, SNS and
+# KMS (consumer: it unwraps the data keys of the webhook signing secrets). Nothing calls
+# CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
 # stdout, logs go through the Lambda service, and trace segments go to the X-Ray daemon Lambda
 # runs beside the function; so those endpoints would only cost money.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
@@ -24,6 +25,7 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
     "Ses": ec2.InterfaceVpcEndpointAwsService.EMAIL,
     "Sns": ec2.InterfaceVpcEndpointAwsService.SNS,
+    "Kms": ec2.InterfaceVpcEndpointAwsService.KMS,
 }
 
 

@@ -54,6 +54,7 @@ class Settings:
     webhook_connect_timeout: float = 3.0
     webhook_read_timeout: float = 10.0
     send_timeout: float = 15.0     # one wall-clock deadline per send: connect, write, whole read
+    secrets_key_id: str | None = None  # the KMS key webhook secrets are sealed with
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -180,6 +181,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         webhook_connect_timeout=_float(env, "REMINDERS_WEBHOOK_CONNECT_TIMEOUT", 3.0),
         webhook_read_timeout=_float(env, "REMINDERS_WEBHOOK_READ_TIMEOUT", 10.0),
         send_timeout=_float(env, "REMINDERS_SEND_TIMEOUT", 15.0),
+        secrets_key_id=env.get("REMINDERS_SECRETS_KEY_ID") or None,
     )
 
 

@@ -30,8 +30,10 @@ def new_secret() -> str:
 
 
 def register(conn: db.Connection, url: str = URL, secret: str | None = None) -> None:
-    db.execute(conn, "endpoint_add", {"tenant": None, "url": url,
-                                      "secret": secret or new_secret()})
+    """An endpoint row as written before secrets were encrypted (the API only needs it to
+    exist; the consumer tests sign with sealed secrets)."""
+    conn.execute("insert into endpoints (tenant, url, secret) values (null, %s, %s)",
+                 (url, secret or new_secret()))
 
 
 def counts(conn: db.Connection) -> dict[str, int]:
@@ -461,7 +463,8 @@ def test_opt_out_refuses_bad_input(conn: db.Connection, recipient: str, channel:
 def test_database_errors_surface_as_domain_errors(conn: db.Connection) -> None:
     # A check constraint the API does not pre-validate still comes back as InvalidInput.
     with pytest.raises(InvalidInput) as err:
-        db.execute(conn, "endpoint_add", {"tenant": None, "url": "ftp://x", "secret": "whsec_x"})
+        db.execute(conn, "endpoint_add", {"tenant": None, "url": "ftp://x", "now": T0,
+                                          "ciphertext": b"c", "data_key": b"k", "key_id": "k"})
     assert str(err.value) == ('new row for relation "endpoints" violates check constraint '
                               '"endpoints_url_check" (endpoints_url_check)')
     assert not isinstance(err.value, psycopg.Error)

@@ -53,8 +53,16 @@ insert into tenants (id) values (%(tenant)s) on conflict (id) do nothing;
 update tenants set paused = %(paused)s where id = %(tenant)s returning id, paused;
 
 -- name: endpoint_add
-insert into endpoints (tenant, url, secret) values (%(tenant)s, %(url)s, %(secret)s)
-on conflict (coalesce(tenant, ''), url) do update set secret = excluded.secret
+-- The secret sealed (never plaintext); registering a URL again replaces its secret at once and
+-- ends any rotation.
+insert into endpoints (tenant, url, secret_ciphertext, secret_data_key, secret_key_id,
+                       updated_at)
+values (%(tenant)s, %(url)s, %(ciphertext)s, %(data_key)s, %(key_id)s, %(now)s)
+on conflict (coalesce(tenant, ''), url) do update set
+    secret = null, secret_ciphertext = excluded.secret_ciphertext,
+    secret_data_key = excluded.secret_data_key, secret_key_id = excluded.secret_key_id,
+    next_secret_ciphertext = null, next_secret_data_key = null, next_secret_key_id = null,
+    overlap_until = null, updated_at = excluded.updated_at
 returning id, tenant, url;
 
 -- name: endpoint_find
@@ -465,13 +473,17 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        t.paused as tenant_paused,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
-       e.secret as endpoint_secret
+       e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
+       e.secret_ciphertext, e.secret_data_key, e.secret_key_id, e.next_secret_ciphertext,
+       e.next_secret_data_key, e.next_secret_key_id, e.overlap_until
 from deliveries d
 join schedules s on s.id = d.schedule_id
 join kinds k on k.name = s.kind
 join tenants t on t.id = d.tenant
 left join lateral (
-    select secret from endpoints
+    select id, tenant, secret, secret_ciphertext, secret_data_key, secret_key_id,
+           next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
+    from endpoints
     where d.channel = 'webhook' and url = d.destination and (tenant = d.tenant or tenant is null)
     order by tenant nulls last limit 1
 ) e on true
@@ -724,10 +736,42 @@ limit 50;
 delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
 returning id, tenant, url;
 
--- name: endpoint_rotate_secret
-update endpoints set secret = %(secret)s
-where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
-returning id, tenant, url;
+-- name: endpoint_lock
+-- One endpoint by URL and tenant (none: the shared one), locked for a change of its secrets.
+select id, tenant, url, secret, secret_ciphertext, secret_data_key, secret_key_id,
+       next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
+from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+for no key update;
+
+-- name: endpoint_set_secrets
+-- Both secrets of one locked endpoint, sealed; the plaintext column is cleared.
+update endpoints set
+    secret = null, secret_ciphertext = %(ciphertext)s, secret_data_key = %(data_key)s,
+    secret_key_id = %(key_id)s, next_secret_ciphertext = %(next_ciphertext)s,
+    next_secret_data_key = %(next_data_key)s, next_secret_key_id = %(next_key_id)s,
+    overlap_until = %(overlap_until)s, updated_at = %(now)s
+where id = %(id)s
+returning id, tenant, url, overlap_until;
+
+-- name: endpoints_plaintext_batch
+-- Endpoints whose secret is still stored in plaintext (written before 0008 or by old code),
+-- oldest first, locked; rows another transaction holds wait for the next batch.
+select id, tenant, url, secret from endpoints where secret is not null
+order by id limit %(limit)s for no key update skip locked;
+
+-- name: endpoints_encrypt
+-- Seal a batch's plaintext secrets, each only if its plaintext is still the one sealed.
+update endpoints e set
+    secret = null, secret_ciphertext = r.ciphertext, secret_data_key = r.data_key,
+    secret_key_id = r.key_id, updated_at = %(now)s
+from unnest(%(ids)s::bigint[], %(secrets)s::text[], %(ciphertexts)s::bytea[],
+            %(data_keys)s::bytea[], %(key_ids)s::text[])
+    as r(id, secret, ciphertext, data_key, key_id)
+where e.id = r.id and e.id = any(%(ids)s::bigint[]) and e.secret = r.secret
+returning e.id;
+
+-- name: endpoints_plaintext_count
+select count(*) as n from endpoints where secret is not null;
 
 -- ---------------------------------------------------------------- operator reads (console)
 
