@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -384,3 +385,33 @@ def test_set_role_does_not_change_the_tenant(clients: Callable[[str | None], Cli
         assert globex.conn.execute("select schedule_key from reminders.my_schedules"
                                    ).fetchall() == [{"schedule_key": "k"}]
     assert acme.rows("select * from reminders.my_schedules") == []
+
+
+def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
+        clients: Callable[[str | None], Client], conn: db.Connection,
+        database_url: str) -> None:
+    """The lock order inside the function: while the schedule is held (as a series advance
+    holds it), a cancel waits there, holding none of the schedule's deliveries."""
+    acme = clients("acme")
+    acme.rows(SCHEDULE_EMAIL, ("trip-1", ["alice@example.com", "bob@example.com"], T0))
+    pid = acme.conn.info.backend_pid
+    with db.connect(database_url) as holder, db.connect(database_url) as probe:
+        with holder.transaction():
+            holder.execute("select id from schedules where schedule_key = 'trip-1' for share")
+            done: list[Any] = []
+            worker = threading.Thread(
+                target=lambda: done.append(acme.rows("select reminders.cancel('trip-1') as n")))
+            worker.start()
+            waiting = None
+            for _ in range(500):
+                waiting = probe.execute("select wait_event_type from pg_stat_activity"
+                                        " where pid = %s", (pid,)).fetchone()
+                if waiting and waiting["wait_event_type"] == "Lock":
+                    break
+                worker.join(0.01)
+            assert waiting == {"wait_event_type": "Lock"}
+            with probe.transaction():  # no delivery is held by the waiting cancel
+                held = probe.execute("select id from deliveries for update nowait").fetchall()
+                assert len(held) == 2
+        worker.join(10)
+    assert done == [[{"n": 2}]]

@@ -382,3 +382,18 @@ def test_the_webhook_channel_gets_the_send_timeout() -> None:
     webhook = build_channels(settings, client)["webhook"]
     assert isinstance(webhook, WebhookChannel)
     assert (webhook.send_timeout, webhook.read_timeout) == (4.5, 2.0)
+
+
+@pytest.mark.parametrize("schema", ["Reminders", "a-b", "1st", "pg_reminders", "x;drop", "a b",
+                                    "r" * 64])
+def test_the_schema_setting_must_be_a_plain_identifier(schema: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load({**BASE_ENV, "REMINDERS_DB_SCHEMA": schema})
+    assert str(err.value).startswith("REMINDERS_DB_SCHEMA must be a lower-case identifier")
+    assert repr(schema) in str(err.value)
+
+
+def test_the_schema_setting_defaults_to_reminders() -> None:
+    assert config.load(dict(BASE_ENV)).db_schema == "reminders"
+    assert config.load({**BASE_ENV, "REMINDERS_DB_SCHEMA": "svc_2"}).db_schema == "svc_2"
+    assert config.load(dict(BASE_ENV)).limits.first_batch == 100
