@@ -203,7 +203,8 @@ def _conn() -> Any:
     from reminders import db
 
     settings = _settings()
-    return db.connect(settings.database_url, prepare=settings.db_prepare)
+    return db.connect(settings.database_url, prepare=settings.db_prepare,
+                      schema=settings.db_schema)
 
 
 def _aws_environment() -> dict[str, str]:
@@ -228,7 +229,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from reminders.db import migrate
 
     with _conn() as conn:
-        applied = migrate.apply(conn)
+        applied = migrate.apply(conn, _settings().db_schema)
     emit(args, {"applied": applied}, f"applied migrations: {applied or 'none (up to date)'}")
     return 0
 

@@ -66,7 +66,8 @@ class Runtime:
         limits = self.settings.limits
         return db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
                           lock_timeout_ms=limits.lock_timeout_ms,
-                          statement_timeout_ms=limits.statement_timeout_ms)
+                          statement_timeout_ms=limits.statement_timeout_ms,
+                          schema=self.settings.db_schema)
 
     def close(self) -> None:
         if self._conn is not None:

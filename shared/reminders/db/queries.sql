@@ -22,10 +22,6 @@ insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 
 -- ---------------------------------------------------------------- kinds, endpoints, tenants
 
--- name: kind_get
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
-from kinds where name = %(name)s;
-
 -- name: kind_upsert
 insert into kinds (name, stale_after, max_attempts, redrive_budget, backoff_base, backoff_cap,
                    retention, updated_at)
@@ -65,35 +61,59 @@ on conflict (coalesce(tenant, ''), url) do update set
     overlap_until = null, updated_at = excluded.updated_at
 returning id, tenant, url;
 
--- name: endpoint_find
-select id, tenant, url from endpoints
-where url = %(url)s and (tenant = %(tenant)s or tenant is null)
-order by tenant nulls last limit 1;
-
 -- ---------------------------------------------------------------- schedules (the API)
+-- The rules live in the SQL functions of migration 0009 (the same ones applications in any
+-- language call); these blocks only call them with the tenant the caller named.
 
--- name: schedule_insert
-insert into schedules (tenant, schedule_key, kind, channel, destination, payload, revision,
-                       at, rrule, tz, local_start, gap_policy, overlap_policy, request_hash,
-                       created_at, updated_at)
-values (%(tenant)s, %(schedule_key)s, %(kind)s, %(channel)s, %(destination)s, %(payload)s,
-        %(revision)s, %(at)s, %(rrule)s, %(tz)s, %(local_start)s, %(gap)s, %(overlap)s,
-        %(request_hash)s, %(now)s, %(now)s)
-on conflict (tenant, schedule_key) do nothing
-returning id, generation;
+-- name: api_schedule
+select schedule_id, schedule_key, created, recipient, delivery_key, due_at, state
+from schedule_for(tenant => %(tenant)s, key => %(key)s, recipients => %(recipients)s::text[],
+                  channel => %(channel)s, at => %(at)s, rrule => %(rrule)s, tz => %(tz)s,
+                  local_start => %(local_start)s, gap => %(gap)s, overlap => %(overlap)s,
+                  destination => %(destination)s, kind => %(kind)s,
+                  payload => %(payload)s::jsonb, revision => %(revision)s,
+                  first_at => %(first_at)s, expanded => %(expanded)s, now => %(now)s);
 
+-- name: api_reschedule
+select schedule_id, schedule_key, created, recipient, delivery_key, due_at, state
+from reschedule_for(tenant => %(tenant)s, key => %(key)s, at => %(at)s, rrule => %(rrule)s,
+                    tz => %(tz)s, local_start => %(local_start)s, gap => %(gap)s,
+                    overlap => %(overlap)s, revision => %(revision)s,
+                    first_at => %(first_at)s, expanded => %(expanded)s, now => %(now)s);
+
+-- name: api_cancel
+select cancel_for(tenant => %(tenant)s, key => %(key)s, now => %(now)s) as suppressed;
+
+-- name: api_opt_out
+select opt_out_for(tenant => %(tenant)s, recipient => %(recipient)s, channel => %(channel)s,
+                   now => %(now)s) as added;
+
+-- name: api_opt_in
+select opt_in_for(tenant => %(tenant)s, recipient => %(recipient)s,
+                  channel => %(channel)s) as removed;
+
+-- name: deliveries_materialise
+-- One statement for any number of recipients: a fan-out costs one round trip.
+select id, recipient, delivery_key, occurrence_at, due_at, state
+from materialise(tenant => %(tenant)s, schedule_id => %(schedule_id)s,
+                 recipients => %(recipients)s::text[], occurrences => %(occurrences)s::timestamptz[],
+                 states => %(states)s::text[], reasons => %(reasons)s::text[], now => %(now)s);
+
+-- name: schedules_pending_first
+-- CROSS-TENANT, bounded: recurring schedules recorded through SQL whose first occurrence is
+-- not materialised yet, read off their partial index and locked (the schedule first, as
+-- everywhere); one another transaction holds waits for the next tick.
+select id, tenant, rrule, tz, local_start, gap_policy, overlap_policy from schedules
+where pending_first order by id limit %(limit)s
+for no key update skip locked;
+
+-- name: schedule_materialise_first
+select materialise_first(tenant => %(tenant)s, schedule_id => %(id)s, first_at => %(first_at)s,
+                         problem => %(problem)s, now => %(now)s) as deliveries;
 -- name: schedule_get
 select id, tenant, schedule_key, kind, channel, destination, payload, revision, generation, state,
        at, rrule, tz, local_start, gap_policy, overlap_policy, request_hash
 from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s;
-
--- name: schedule_lock
--- Lock order everywhere: the schedule, then its deliveries. NO KEY UPDATE leaves the key share
--- that inserting a delivery takes free, so a series advancing never deadlocks with this.
-select id, tenant, schedule_key, kind, channel, destination, payload, revision, generation, state,
-       at, rrule, tz, local_start, gap_policy, overlap_policy
-from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s
-for no key update;
 
 -- name: schedule_share
 -- The series advance reads the schedule under a share lock: a reschedule or cancel waits for
@@ -106,48 +126,8 @@ union
 select s.tenant, s.schedule_key from deliveries d join schedules s on s.id = d.schedule_id
 where d.delivery_key = %(key)s;
 
--- name: schedule_update
--- A new time or rule revives an ended schedule; a new revision alone changes the record only.
-update schedules set
-    at = %(at)s, rrule = %(rrule)s, tz = %(tz)s, local_start = %(local_start)s,
-    gap_policy = %(gap)s, overlap_policy = %(overlap)s, revision = %(revision)s,
-    generation = generation + 1,
-    state = case when %(revive)s then 'active' else state end, updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s
-returning id, generation, state;
--- name: schedule_cancel
-update schedules set state = 'cancelled', updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and state = 'active';
-
 -- name: schedule_end
-update schedules set state = 'ended', updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and state = 'active'
-  and not exists (select 1 from deliveries d where d.schedule_id = %(id)s
-                  and d.state in ('scheduled', 'leased', 'retrying'));
-
--- name: recipients_insert
-insert into schedule_recipients (schedule_id, tenant, recipient, destination)
-select %(schedule_id)s, %(tenant)s, r.recipient, r.destination
-from unnest(%(recipients)s::text[], %(destinations)s::text[]) as r(recipient, destination);
-
--- name: recipients_of_schedule
-select recipient, destination from schedule_recipients
-where schedule_id = %(schedule_id)s and tenant = %(tenant)s order by recipient;
-
--- name: deliveries_insert
--- One statement for any number of recipients: a fan-out costs one round trip.
-insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
-                        delivery_key, occurrence_at, revision, due_at, state, reason,
-                        created_at, updated_at)
-select s.tenant, s.id, s.generation, r.recipient, s.channel, r.destination, r.delivery_key,
-       r.occurrence_at, s.revision, r.occurrence_at, r.state, r.reason, %(now)s, %(now)s
-from schedules s,
-     unnest(%(recipients)s::text[], %(destinations)s::text[], %(keys)s::text[],
-            %(occurrences)s::timestamptz[], %(states)s::text[], %(reasons)s::text[])
-         as r(recipient, destination, delivery_key, occurrence_at, state, reason)
-where s.id = %(schedule_id)s and s.tenant = %(tenant)s
-on conflict (delivery_key) do nothing
-returning id, recipient, delivery_key, occurrence_at, due_at, state;
+select end_schedule(%(tenant)s, %(id)s, %(now)s);
 
 -- name: deliveries_of_schedule_generation
 select id, recipient, delivery_key, occurrence_at, due_at, state
@@ -155,23 +135,6 @@ from deliveries where schedule_id = %(schedule_id)s and tenant = %(tenant)s
   and generation = %(generation)s
 order by recipient, occurrence_at;
 
--- name: deliveries_supersede_pending
--- Reschedule and cancel: every pending delivery of the schedule stops here, fenced on the send
--- in flight in this same statement. One that is not sending is suppressed and loses its lease
--- (its holder's fenced writes are refused, its message dropped on re-check). One whose send is
--- in flight keeps its lease and is marked superseded: its holder records what the send did,
--- and it is never tried again.
-update deliveries set
-    state = case when send_attempt is null then 'suppressed' else state end,
-    reason = case when send_attempt is null then %(reason)s else reason end,
-    superseded = case when send_attempt is null then null else %(reason)s end,
-    lease_token = case when send_attempt is null then null else lease_token end,
-    lease_expires_at = case when send_attempt is null then null else lease_expires_at end,
-    received = case when send_attempt is null then false else received end,
-    updated_at = %(now)s
-where schedule_id = %(schedule_id)s and tenant = %(tenant)s
-  and state in ('scheduled', 'leased', 'retrying') and superseded is null
-returning id, recipient, occurrence_at, state;
 -- name: series_state
 -- The recipient's place in a recurring series: its last occurrence in the current generation.
 select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.generation,
@@ -187,25 +150,7 @@ from schedules s
 join kinds k on k.name = s.kind
 join schedule_recipients r on r.schedule_id = s.id and r.recipient = %(recipient)s
 where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
--- name: opt_out_add
-insert into opt_outs (tenant, recipient, channel, created_at)
-values (%(tenant)s, %(recipient)s, %(channel)s, %(now)s)
-on conflict do nothing;
-
--- name: opt_out_remove
-delete from opt_outs where tenant = %(tenant)s and recipient = %(recipient)s
-  and channel = %(channel)s;
-
--- name: deliveries_lock_recipient
--- An opt-out takes the row locks of the recipient's pending deliveries before it commits, so
--- an attempt start either commits before it or sees it.
-select id from deliveries
-where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s
-  and state in ('scheduled', 'leased', 'retrying')
-order by id
-for update;
 -- ---------------------------------------------------------------- scanner
-
 -- name: scanner_lock
 -- Scanners take turns for a whole tick (lease, publish, count): the in-flight budget is
 -- counted and spent by one at a time. A session lock: it is held across the publish.
