@@ -116,12 +116,14 @@ def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synth
 
 # What a build resolved into build/layer/python, as its .dist-info directories name it.
 RECORDED_LAYER = (
-    "aws_lambda_powertools-3.37.0", "aws_xray_sdk-2.15.0", "jmespath-1.1.0", "psycopg-3.3.9",
+    "aws_lambda_powertools-3.37.0", "aws_xray_sdk-2.15.0", "cffi-2.1.1", "cryptography-50.0.2",
+    "jmespath-1.1.0", "psycopg-3.3.9", "pycparser-3.12",
     "psycopg_binary-3.3.9", "python_dateutil-2.9.0.post0", "six-1.17.0",
     "typing_extensions-4.16.0", "tzdata-2026.6", "urllib3-2.8.0", "wrapt-2.5.2",
 )
 RECORDED_PINS = {
-    "aws-lambda-powertools": "3.37.0", "aws-xray-sdk": "2.15.0", "jmespath": "1.1.0",
+    "aws-lambda-powertools": "3.37.0", "aws-xray-sdk": "2.15.0", "cffi": "2.1.1",
+    "cryptography": "50.0.2", "jmespath": "1.1.0", "pycparser": "3.12",
     "psycopg": "3.3.9", "psycopg-binary": "3.3.9", "python-dateutil": "2.9.0.post0",
     "six": "1.17.0", "typing-extensions": "4.16.0", "tzdata": "2026.6", "urllib3": "2.8.0",
     "wrapt": "2.5.2", "ruff": "0.17.6",
