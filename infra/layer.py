@@ -29,10 +29,13 @@ LAYER_DIR = BUILD_DIR / "layer"
 CODE_DIR = BUILD_DIR / "lambda-code"
 
 PYTHON_VERSION = "3.13"
-# Lambda's python3.13 runtime is Amazon Linux 2023 (glibc 2.34). pip also accepts older
-# manylinux tags for this platform; psycopg-binary 3.3 publishes aarch64 wheels only for
-# manylinux_2_28, so "manylinux2014" silently resolved psycopg 3.2 instead.
+# Lambda's python3.13 runtime is Amazon Linux 2023 (glibc 2.34). psycopg-binary 3.3 publishes
+# aarch64 wheels only for manylinux_2_28, so "manylinux2014" alone silently resolved psycopg 3.2
+# instead. pip takes an explicit --platform literally (no older manylinux tags implied), and
+# cffi (under cryptography) publishes aarch64 wheels only for manylinux_2_17, so the older tags
+# Lambda also runs are named as well, after the preferred one.
 PLATFORM = "manylinux_2_28_aarch64"
+OLDER_PLATFORMS: tuple[str, ...] = ("manylinux_2_17_aarch64", "manylinux2014_aarch64")
 # Used when psycopg is not installed where the layer is built (it is in the project's venv).
 PSYCOPG_FALLBACK = "psycopg[binary]>=3.3,<3.4"
 
@@ -45,8 +48,19 @@ def psycopg_requirement() -> str:
         return PSYCOPG_FALLBACK
 
 
+def pinned(distribution: str, fallback: str) -> str:
+    """``distribution`` at the version installed here (the one the tests ran), else
+    ``fallback``."""
+    try:
+        return f"{distribution}=={metadata.version(distribution)}"
+    except metadata.PackageNotFoundError:
+        return fallback
+
+
 LAYER_REQUIREMENTS: tuple[str, ...] = (
     psycopg_requirement(),
+    # AES-GCM for the webhook secrets (abi3 wheels, manylinux_2_28 aarch64), with its cffi.
+    pinned("cryptography", "cryptography==50.0.2"),
     "tzdata",
     "python-dateutil",
     "aws-lambda-powertools[tracer]>=3.0,<4",
@@ -62,7 +76,8 @@ NOT_IN_LAMBDA = ("console",)
 
 
 def _stamp() -> str:
-    text = "\n".join((PLATFORM, PYTHON_VERSION, *LAYER_REQUIREMENTS, *RUNTIME_PROVIDED))
+    text = "\n".join((PLATFORM, *OLDER_PLATFORMS, PYTHON_VERSION, *LAYER_REQUIREMENTS,
+                      *RUNTIME_PROVIDED))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -110,8 +125,7 @@ def pip_command(site_packages: Path) -> list[str]:
         "--quiet",
         "--disable-pip-version-check",
         "--no-compile",
-        "--platform",
-        PLATFORM,
+        *(arg for platform in (PLATFORM, *OLDER_PLATFORMS) for arg in ("--platform", platform)),
         "--only-binary=:all:",
         "--python-version",
         PYTHON_VERSION,

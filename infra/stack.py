@@ -16,6 +16,7 @@ from infra.constructs.network import Network
 from infra.constructs.protection import DeletionProtection
 from infra.constructs.queues import Queues
 from infra.constructs.schedule import Schedule
+from infra.constructs.secrets_key import SecretsKey
 from infra.settings import Settings
 
 
@@ -47,6 +48,10 @@ class RemindersStack(Stack):
             database=self.database,
             queues=self.queues,
         )
+        # Webhook signing secrets are sealed under this key; only the consumer opens them.
+        consumer_role = self.functions.consumer.role
+        assert consumer_role is not None
+        self.secrets_key = SecretsKey(self, "SecretsKey", decrypters=[consumer_role])
         self.migrations = Migrations(
             self,
             "Migrations",
@@ -143,6 +148,13 @@ class RemindersStack(Stack):
                 "AWS-StartPortForwardingSessionToRemoteHost",
             )
         CfnOutput(self, "AppDatabaseSecretArn", value=self.database.app_secret.secret_arn)
+        CfnOutput(
+            self,
+            "SecretsKeyArn",
+            value=self.secrets_key.key.key_arn,
+            description="REMINDERS_SECRETS_KEY_ID for `reminders endpoints add/rotate-secret/"
+            "encrypt-secrets` (the caller needs kms:GenerateDataKey on it)",
+        )
         CfnOutput(self, "AlarmTopicArn", value=self.monitoring.topic.topic_arn)
         CfnOutput(
             self,

@@ -3,6 +3,7 @@ each test, one moto server over HTTP with fresh queues per test, and a real webh
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import random
@@ -125,12 +126,19 @@ class Harness:
         return stack.aws_client("sqs", self.endpoint)
 
 
+@functools.cache
+def secrets_key(endpoint: str) -> str:
+    """The KMS key (in the moto server at ``endpoint``) the tests seal webhook secrets with."""
+    return stack.create_secrets_key(endpoint)
+
+
 def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock: FixedClock,
                  **limits: int) -> Runtime:
-    from reminders.runtime import build_channels
+    from reminders.runtime import build_channels, secret_box
 
     env = {"DATABASE_URL": database_url, "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
-           "REMINDERS_EMAIL_SENDER": stack.SENDER, "REMINDERS_WEBHOOK_READ_TIMEOUT": "2"}
+           "REMINDERS_EMAIL_SENDER": stack.SENDER, "REMINDERS_WEBHOOK_READ_TIMEOUT": "2",
+           "REMINDERS_SECRETS_KEY_ID": secrets_key(endpoint)}
     env.update({f"REMINDERS_{k.upper()}": str(v) for k, v in limits.items()})
     settings = config.load(env)
 
@@ -140,7 +148,8 @@ def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock
     sqs = client("sqs")
     return Runtime(settings=settings, clock=clock, deliveries=Queue(sqs, urls.deliveries),
                    dlq=Queue(sqs, urls.dlq), parking=Queue(sqs, urls.parking),
-                   channels=build_channels(settings, client), rng=random.Random(7))
+                   channels=build_channels(settings, client), rng=random.Random(7),
+                   secret_box=secret_box(settings, client))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from reminders import db, schedules
+from reminders import db, endpoints, schedules
 from reminders.clock import FixedClock
 from reminders.local import demo
 from reminders.recurrence import Recurrence
@@ -23,12 +23,14 @@ def build(rt: Runtime, conn: db.Connection, clock: FixedClock, receiver: Any) ->
     now = clock.now()
     minute = timedelta(minutes=1)
     with db.transaction(conn):
-        demo.setup(conn, receiver.url, receiver.secret, now)
+        assert rt.secret_box is not None
+        box = rt.secret_box
+        demo.setup(conn, box, receiver.url, receiver.secret, now)
 
         def hook(name: str, query: str = "") -> str:
             url = f"{receiver.url}/hooks/{name}{query}"
-            db.execute(conn, "endpoint_add", {"tenant": None, "url": url,
-                                              "secret": receiver.secret})
+            endpoints.register(conn, box, tenant=None, url=url, secret=receiver.secret,
+                               now=now)
             return url
 
         schedules.set_kind(conn, name="digest", now=now, stale_after=timedelta(hours=6),

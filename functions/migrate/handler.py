@@ -22,15 +22,17 @@ from reminders.observability import logger
 if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # validate the settings at cold start
     config.load()
 
-# The service's schema: every table the migrations create lives here.
-SCHEMA = "public"
-# The migrator's own bookkeeping; the application may read it, never write it.
+# The migrator's own bookkeeping; the service role may read it, never write it.
 MIGRATIONS_TABLE = "schema_migrations"
+# Which login is which tenant's application: the operator's (``grant_tenant``); the service
+# role may read it, never write it.
+READ_ONLY_TABLES = (MIGRATIONS_TABLE, "tenant_logins")
 APP_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
 def ensure_app_role(
-    conn: db.Connection, username: str, password: str, *, set_password: bool
+    conn: db.Connection, username: str, password: str, *, set_password: bool,
+    schema: str = config.DEFAULT_SCHEMA,
 ) -> bool:
     """Create the application role, or bring an existing one back to exactly its grants.
 
@@ -38,9 +40,13 @@ def ensure_app_role(
     secret); otherwise it is left alone, because the secret's rotation owns it from then on.
     Returns whether the role was created. Runs as the master user (on RDS a member of
     rds_superuser with CREATEROLE, not a superuser), so it only uses what such a role may do.
+    The grants are on the service's schema (``REMINDERS_DB_SCHEMA``), wherever it lives. This
+    is the service's own role (scanner, consumer, redrive), not ``reminders_client``, the role
+    applications are granted (migration 0009), which may only call the SQL API.
     """
     role = sql.Identifier(username)
-    schema = sql.Identifier(SCHEMA)
+    schema_name = config.check_schema(schema)
+    schema_id = sql.Identifier(schema_name)
     with db.transaction(conn):
         database = conn.execute("select current_database() as name").fetchone()
         assert database is not None
@@ -78,26 +84,30 @@ def ensure_app_role(
         # the owner (the master user) keeps every right through ownership.
         conn.execute(sql.SQL("revoke create, temporary on database {} from public").format(db_name))
         conn.execute(sql.SQL("grant connect on database {} to {}").format(db_name, role))
-        conn.execute(sql.SQL("revoke create on schema {} from public").format(schema))
-        conn.execute(sql.SQL("grant usage on schema {} to {}").format(schema, role))
+        conn.execute(sql.SQL("revoke create on schema {} from public").format(schema_id))
+        conn.execute(sql.SQL("grant usage on schema {} to {}").format(schema_id, role))
 
         tables = [
             row["tablename"]
             for row in conn.execute(
                 "select tablename from pg_tables where schemaname = %s order by tablename",
-                (SCHEMA,),
+                (schema_name,),
             ).fetchall()
         ]
         dml = sql.SQL(", ").join(sql.SQL(p) for p in APP_TABLE_PRIVILEGES)
         for table in tables:
-            target = sql.Identifier(SCHEMA, table)
+            target = sql.Identifier(schema_name, table)
             # Exactly these privileges: anything granted before (by hand, or by an older
             # version of this function) is taken back first.
             conn.execute(sql.SQL("revoke all on table {} from {}").format(target, role))
-            if table == MIGRATIONS_TABLE:
+            if table in READ_ONLY_TABLES:
                 conn.execute(sql.SQL("grant select on table {} to {}").format(target, role))
             else:
                 conn.execute(sql.SQL("grant {} on table {} to {}").format(dml, target, role))
+        # The scanner expands recurring schedules recorded through SQL and advances series
+        # through the SQL API's functions (invoker's rights: the grants above decide).
+        conn.execute(sql.SQL("grant execute on all functions in schema {} to {}").format(
+            schema_id, role))
     return not exists
 
 
@@ -123,12 +133,14 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "reminders-schema")}
     settings = config.load()
     login = _app_login(event)
-    with db.connect(settings.database_url, prepare=settings.db_prepare) as conn:
-        applied = migrate.apply(conn)
+    with db.connect(settings.database_url, prepare=settings.db_prepare,
+                    schema=settings.db_schema) as conn:
+        applied = migrate.apply(conn, settings.db_schema)
         created = None
         if login is not None:
             username, password, set_password = login
-            created = ensure_app_role(conn, username, password, set_password=set_password)
+            created = ensure_app_role(conn, username, password, set_password=set_password,
+                                      schema=settings.db_schema)
     logger.info("migrations applied", extra={"applied": applied, "app_role_created": created})
     return {"PhysicalResourceId": "reminders-schema",
             "Data": {"Applied": ",".join(map(str, applied)) or "none"}}

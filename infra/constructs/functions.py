@@ -137,7 +137,8 @@ class Functions(Construct):
             code=lambda_.Code.from_asset(str(build_layer()), exclude=[STAMP_NAME]),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
-            description="psycopg (binary), tzdata, python-dateutil, Powertools for Python 3.13",
+            description="psycopg (binary), cryptography, tzdata, python-dateutil, Powertools "
+            "for Python 3.13",
         )
         defaults = FunctionDefaults(
             scope=self,

@@ -15,8 +15,10 @@ PRIVATE_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATE
 EGRESS_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 # Every AWS API a function calls from inside the VPC, reached without the internet: SQS
-# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES and SNS
-# (consumer). Nothing calls CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
+# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES, SNS and
+# KMS (consumer: it unwraps the data keys of the webhook signing secrets), STS (the operations
+# function proves its caller). Nothing calls
+# CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
 # stdout, logs go through the Lambda service, and trace segments go to the X-Ray daemon Lambda
 # runs beside the function; so those endpoints would only cost money.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
@@ -24,6 +26,7 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
     "Ses": ec2.InterfaceVpcEndpointAwsService.EMAIL,
     "Sns": ec2.InterfaceVpcEndpointAwsService.SNS,
+    "Kms": ec2.InterfaceVpcEndpointAwsService.KMS,
     # The operations function sends the caller's presigned GetCallerIdentity to STS to learn
     # who invoked it (reminders.identity).
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
@@ -125,8 +128,8 @@ class Network(Construct):
     def _existing(self, settings: Settings) -> None:
         """Bring your own database: the given VPC and subnets, imported by id (no lookup, so
         synth needs no credentials). Nothing is created in that VPC but the functions'
-        security group (unless one is given): its subnets reach SQS, Secrets Manager, SES, SNS
-        and STS through its own NAT or endpoints."""
+        security group (unless one is given): its subnets reach SQS, Secrets Manager, SES, SNS,
+        KMS and STS through its own NAT or endpoints."""
         subnet_ids = list(settings.existing_subnet_ids)
         zones = settings.azs or [f"zone-of-{subnet}" for subnet in subnet_ids]
         self.vpc = ec2.Vpc.from_vpc_attributes(

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from reminders.errors import InvalidInput, NotFound
 from reminders.outcome import (
+    EXIT_NOT_DONE,
     EXIT_OK,
     EXIT_PARTIAL_FAILURE,
     Outcome,
@@ -187,7 +188,8 @@ def _conn() -> Any:
     from reminders import db
 
     settings = _settings()
-    return db.connect(settings.database_url, prepare=settings.db_prepare)
+    return db.connect(settings.database_url, prepare=settings.db_prepare,
+                      schema=settings.db_schema)
 
 
 def _aws_environment() -> dict[str, str]:
@@ -212,7 +214,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from reminders.db import migrate
 
     with _conn() as conn:
-        applied = migrate.apply(conn)
+        applied = migrate.apply(conn, _settings().db_schema)
     emit(args, {"applied": applied}, f"applied migrations: {applied or 'none (up to date)'}")
     return 0
 
@@ -352,7 +354,7 @@ def _check_endpoint_url(url: str) -> str:
     return url
 
 
-def _secret(args: argparse.Namespace) -> str:
+def _secret(args: argparse.Namespace, env: dict[str, str]) -> str:
     given = [flag for flag, value in (("--secret", args.secret),
                                       ("--secret-file", args.secret_file),
                                       ("--secret-env", args.secret_env)) if value]
@@ -372,50 +374,125 @@ def _secret(args: argparse.Namespace) -> str:
         if not value:
             raise InvalidInput(f"--secret-env: {args.secret_env} is not set")
         return value.strip()
+    if not _local_aws(env):
+        raise InvalidInput("--secret is for local stacks only (the command line is visible to "
+                           "other users of the machine): use --secret-file PATH ('-' for "
+                           "stdin) or --secret-env NAME")
     return str(args.secret)
 
 
+def _local_aws(env: dict[str, str]) -> bool:
+    """Whether AWS calls go to a server on this machine (moto), not to AWS."""
+    from urllib.parse import urlsplit
+
+    endpoint = env.get("AWS_ENDPOINT_URL", "")
+    host = urlsplit(endpoint).hostname if endpoint else None
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def _secret_box(env: dict[str, str]) -> Any:
+    from reminders import aws, config
+    from reminders.runtime import secret_box
+
+    return secret_box(config.load(env), aws.send_client)
+
+
 def cmd_endpoints_add(args: argparse.Namespace) -> int:
-    from reminders import db
+    from reminders import db, endpoints
     from reminders.channels.signing import validate_secret
 
-    secret = _secret(args)
+    env = _aws_environment()
+    secret = _secret(args, env)
     validate_secret(secret)
     url = _check_endpoint_url(args.url)
     if args.tenant:
         _plain_text(args.tenant, "--tenant")
+    box = _secret_box(env)
     with _conn() as conn, db.transaction(conn):
         if args.tenant:
             db.execute(conn, "tenant_ensure", {"tenant": args.tenant})
-        row = db.fetch_one(conn, "endpoint_add", {"tenant": args.tenant, "url": url,
-                                                  "secret": secret})
+        row = endpoints.register(conn, box, tenant=args.tenant, url=url, secret=secret,
+                                 now=_now())
         _record(conn, args, "added", "endpoint", url, args.tenant)
-    emit(args, row, f"endpoint registered: {url}")
+    emit(args, row, f"endpoint registered: {url} (secret encrypted with {box.key_id})")
     return 0
 
 
-def cmd_endpoints_change(args: argparse.Namespace) -> int:
-    """``remove`` or ``rotate-secret``: one endpoint, by URL and tenant (none: the shared one).
-    Deliveries already scheduled to a removed URL fail when they come due (no endpoint)."""
+def cmd_endpoints_remove(args: argparse.Namespace) -> int:
+    """One endpoint, by URL and tenant (none: the shared one). Deliveries already scheduled
+    to a removed URL fail when they come due (no endpoint)."""
     from reminders import db
-    from reminders.channels.signing import validate_secret
 
     params: dict[str, Any] = {"url": args.url, "tenant": args.tenant}
-    if args.action == "rotate-secret":
-        params["secret"] = _secret(args)
-        validate_secret(params["secret"])
-    name = "endpoint_remove" if args.action == "remove" else "endpoint_rotate_secret"
     with _conn() as conn, db.transaction(conn):
-        row = db.fetch_one(conn, name, params)
+        row = db.fetch_one(conn, "endpoint_remove", params)
         if row is not None:
-            _record(conn, args, "removed" if args.action == "remove" else "rotated the secret of",
-                    "endpoint", args.url, args.tenant)
+            _record(conn, args, "removed", "endpoint", args.url, args.tenant)
     if row is None:
         whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
         raise NotFound(f"no endpoint {args.url} registered for {whose}")
-    emit(args, {**row, "action": args.action},
-         f"endpoint {'removed' if args.action == 'remove' else 'secret rotated'}: {args.url}")
+    emit(args, {**row, "action": args.action}, f"endpoint removed: {args.url}")
     return 0
+
+
+def cmd_endpoints_rotate(args: argparse.Namespace) -> int:
+    """A new secret, sent beside the old one for --overlap (default 24h); or --finish: only
+    the new one from now on."""
+    from reminders import db, endpoints
+    from reminders.clock import iso
+
+    now = _now()
+    if args.finish:
+        if any((args.secret, args.secret_file, args.secret_env, args.overlap)):
+            raise InvalidInput("--finish takes no secret and no --overlap: it ends the "
+                               "rotation in progress")
+        with _conn() as conn, db.transaction(conn):
+            row = endpoints.finish(conn, tenant=args.tenant, url=args.url, now=now)
+            _record(conn, args, "finished the secret rotation of", "endpoint", args.url,
+                    args.tenant)
+        emit(args, {**row, "action": "finish"},
+             f"rotation finished: {args.url} signs with the new secret only")
+        return 0
+    env = _aws_environment()
+    secret = _secret(args, env)
+    from reminders.channels.signing import validate_secret
+
+    validate_secret(secret)
+    text = (args.overlap or DEFAULT_OVERLAP).strip()
+    overlap = timedelta(0) if text == "0" else parse_duration(text, "--overlap")
+    if overlap is None:
+        raise InvalidInput(f"--overlap: give a duration such as 24h, or 0 to replace the "
+                           f"secret at once, not {args.overlap!r}")
+    box = _secret_box(env)
+    with _conn() as conn, db.transaction(conn):
+        rotation = endpoints.rotate(conn, box, tenant=args.tenant, url=args.url,
+                                    secret=secret, overlap=overlap, now=now)
+        _record(conn, args, "rotated the secret of", "endpoint", args.url, args.tenant)
+    until = rotation.overlap_until
+    emit(args, {**rotation.row, "action": args.action},
+         f"secret rotated: {args.url} signs with the old and the new secret until {iso(until)}, "
+         "then with the new one only" if until is not None else
+         f"secret rotated: {args.url} signs with the new secret only")
+    return 0
+
+
+DEFAULT_OVERLAP = "24h"
+ENCRYPT_BATCH = 100
+ENCRYPT_MAX_BATCHES = 100
+
+
+def cmd_endpoints_encrypt(args: argparse.Namespace) -> int:
+    """Seal the secrets still stored in plaintext (rows from before migration 0008, or
+    written by old code during a deploy), in bounded batches."""
+    from reminders import endpoints
+
+    box = _secret_box(_aws_environment())
+    with _conn() as conn:
+        done = endpoints.encrypt_plaintext(conn, box, batch=args.batch,
+                                           max_batches=args.max_batches, now=_now())
+    emit(args, done, f"encrypted {done['encrypted']} secrets in {done['batches']} batches; "
+                     f"{done['remaining']} still in plaintext")
+    return 0 if done["remaining"] == 0 else EXIT_NOT_DONE
 
 
 def cmd_endpoints_list(args: argparse.Namespace) -> int:
@@ -1112,17 +1189,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
     _reason_flag(p)
     _json_flag(p)
-    p.set_defaults(func=cmd_endpoints_change)
-    p = ep_sub.add_parser("rotate-secret", help="replace an endpoint's signing secret, e.g. "
-                                                "`endpoints rotate-secret URL --secret-file -`")
+    p.set_defaults(func=cmd_endpoints_remove)
+    p = ep_sub.add_parser(
+        "rotate-secret",
+        help="give an endpoint a new signing secret, e.g. "
+             "`endpoints rotate-secret URL --secret-file - --overlap 24h`",
+        description="Give an endpoint a new signing secret. During the overlap every webhook "
+                    "carries two signatures in webhook-signature, the old secret's and the new "
+                    "one's; after it, the new one's only. --finish ends the overlap now.")
     p.add_argument("url", help="the URL as registered")
     p.add_argument("--tenant", help="the tenant it was registered for (default: any tenant)")
     p.add_argument("--secret-file", help="a file holding whsec_... ('-' reads stdin)")
     p.add_argument("--secret-env", help="the name of an environment variable holding whsec_...")
     p.add_argument("--secret", help="whsec_... on the command line (local stacks only)")
+    p.add_argument("--overlap", help=f"how long both signatures are sent, e.g. 24h, 30m; 0 "
+                                     f"replaces the secret at once (default: {DEFAULT_OVERLAP})")
+    p.add_argument("--finish", action="store_true",
+                   help="end the rotation in progress now: the new secret only from now on")
     _reason_flag(p)
     _json_flag(p)
-    p.set_defaults(func=cmd_endpoints_change)
+    p.set_defaults(func=cmd_endpoints_rotate)
+    p = ep_sub.add_parser(
+        "encrypt-secrets",
+        help="encrypt the signing secrets still stored in plaintext, in bounded batches",
+        description="Encrypt (with the KMS key in REMINDERS_SECRETS_KEY_ID) the endpoints' "
+                    "signing secrets still stored in plaintext. Exit 0 when none is left, 1 "
+                    "when some remain after --max-batches (run it again). E.g. `reminders "
+                    "endpoints encrypt-secrets --batch 100 --max-batches 50`.")
+    p.add_argument("--batch", type=_count("--batch", 1, 1000), default=ENCRYPT_BATCH,
+                   help=f"endpoints per transaction, 1 to 1000 (default: {ENCRYPT_BATCH})")
+    p.add_argument("--max-batches", type=_count("--max-batches", 1, 10_000),
+                   default=ENCRYPT_MAX_BATCHES,
+                   help=f"batches at most, 1 to 10000 (default: {ENCRYPT_MAX_BATCHES})")
+    _json_flag(p)
+    p.set_defaults(func=cmd_endpoints_encrypt)
     p = ep_sub.add_parser("list", help="registered endpoints (never their secrets)",
                           description="E.g. `reminders endpoints list --tenant acme`.")
     p.add_argument("--tenant", help="endpoints this tenant may use")

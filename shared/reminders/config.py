@@ -7,6 +7,7 @@ falling back to an empty string that fails later somewhere else.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -15,6 +16,11 @@ from reminders.errors import ConfigError
 
 # REMINDERS_MAX_RETRY_DELAY's range in seconds: a minute to 30 days.
 MAX_RETRY_DELAY_RANGE = (60, 30 * 86_400)
+# The Postgres schema that holds the service's tables and functions (REMINDERS_DB_SCHEMA): its
+# own schema, so it installs into an application's database without touching the
+# application's tables. A plain lower-case identifier: it goes into search_path unquoted.
+DEFAULT_SCHEMA = "reminders"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Limits:
     publish_concurrency: int = 8   # SendMessageBatch calls of a tick in flight together
     retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
     idle_check_seconds: int = 60   # a connection idle this long is checked before it is used
+    first_batch: int = 100         # recurring schedules recorded through SQL expanded per tick
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,8 @@ class Settings:
     webhook_connect_timeout: float = 3.0
     webhook_read_timeout: float = 10.0
     send_timeout: float = 15.0     # one wall-clock deadline per send: connect, write, whole read
+    secrets_key_id: str | None = None  # the KMS key webhook secrets are sealed with
+    db_schema: str = DEFAULT_SCHEMA  # the Postgres schema of the service's tables
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -111,7 +120,23 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 8, 1, 64),
         retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
         idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
+        first_batch=_int(env, "REMINDERS_FIRST_BATCH", 100, 1, 10_000),
     )
+
+
+def schema_from_env(env: Mapping[str, str]) -> str:
+    """REMINDERS_DB_SCHEMA: where the service's tables live (default ``reminders``)."""
+    raw = env.get("REMINDERS_DB_SCHEMA")
+    if raw is None or raw == "":
+        return DEFAULT_SCHEMA
+    return check_schema(raw)
+
+
+def check_schema(name: str) -> str:
+    if not _SCHEMA_NAME.match(name) or name.startswith("pg_"):
+        raise ConfigError("REMINDERS_DB_SCHEMA must be a lower-case identifier (a-z, 0-9, _; "
+                          f"at most 63, not starting with a digit or pg_), got {name!r}")
+    return name
 
 
 def database_url_from_env(env: Mapping[str, str]) -> str:
@@ -180,6 +205,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         webhook_connect_timeout=_float(env, "REMINDERS_WEBHOOK_CONNECT_TIMEOUT", 3.0),
         webhook_read_timeout=_float(env, "REMINDERS_WEBHOOK_READ_TIMEOUT", 10.0),
         send_timeout=_float(env, "REMINDERS_SEND_TIMEOUT", 15.0),
+        secrets_key_id=env.get("REMINDERS_SECRETS_KEY_ID") or None,
+        db_schema=schema_from_env(env),
     )
 
 

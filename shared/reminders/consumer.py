@@ -27,10 +27,12 @@ from reminders import db, retry
 from reminders.batch import parse, partial_response
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.clock import iso
+from reminders.endpoints import signing_secrets
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
+from reminders.secret_box import SecretUnavailable
 
 ACTIVE = ("scheduled", "leased", "retrying")
 # What one message came to, as a metric per batch: the states, plus what wrote nothing.
@@ -102,7 +104,7 @@ def content_check(row: db.Row, now: datetime) -> Decision:
                                                f"({newer.local.isoformat()}) is already due")
     if row["tenant_paused"]:
         return Decision("release", None, "tenant paused; waits until resumed")
-    if row["channel"] == "webhook" and not row["endpoint_secret"]:
+    if row["channel"] == "webhook" and row["endpoint_id"] is None:
         return Decision("settle", "failed",
                         f"no webhook endpoint registered for {row['destination']}")
     return Decision("send", None, "")
@@ -356,13 +358,27 @@ def _send_seconds(rt: Runtime, channel: str) -> float:
 
 def _send_one(rt: Runtime, send: Send) -> None:
     row = send.row
+    now = rt.clock.now()
+    secrets: tuple[str, ...] = ()
+    if row["channel"] == "webhook":
+        try:
+            secrets = signing_secrets(row, now, rt.secret_box)
+        except SecretUnavailable as exc:
+            # Nothing is sent unsigned: the delivery is retried like a configuration error
+            # (counted as SendConfigErrors), never failed for good.
+            send.result = SendResult(
+                Outcome.TRANSIENT, f"webhook secret unavailable, nothing sent: {exc}",
+                extra={"config_error": True})
+            logger.warning("webhook secret unavailable", extra={
+                "delivery_key": row["delivery_key"], "error": str(exc)})
+            return
     outgoing = Message(
         delivery_key=row["delivery_key"], tenant=row["tenant"], kind=row["kind"],
         recipient=row["recipient"], destination=row["destination"], payload=row["payload"],
         revision=row["revision"], occurrence_at=row["occurrence_at"],
-        attempt=send.attempt_no, secret=row["endpoint_secret"])
+        attempt=send.attempt_no, secrets=secrets)
     try:
-        send.result = rt.channels[row["channel"]].send(outgoing, rt.clock.now())
+        send.result = rt.channels[row["channel"]].send(outgoing, now)
     except Exception as exc:  # noqa: BLE001 (a channel bug must not hide a possible send)
         logger.exception("channel raised", extra={"delivery_key": row["delivery_key"]})
         send.result = SendResult(Outcome.UNKNOWN, f"channel raised {type(exc).__name__}: {exc}")

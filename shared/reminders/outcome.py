@@ -1,6 +1,7 @@
 """What a command printed and how it exited, and the exit statuses every command shares.
 
-No dependencies beyond the standard library and :mod:`reminders.errors`: the command line
+No dependencies beyond the standard library and :mod:`reminders.errors` (and, when an error
+is reported, :mod:`reminders.kms`'s error type, itself light): the command line
 imports it at start-up and the operations function sends an :class:`Outcome` back as JSON.
 """
 
@@ -44,12 +45,13 @@ def first_line(exc: BaseException) -> str:
 def error_line(exc: BaseException) -> tuple[int, str]:
     """The exit status and the one line an error is reported as; nothing else escapes."""
     from reminders.errors import CommandFailed, Conflict, DatabaseUnavailable
+    from reminders.kms import KeyUnavailable
 
     if isinstance(exc, CommandFailed):
         return exc.code, str(exc)
     if isinstance(exc, NotFound):
         return EXIT_NOT_FOUND, str(exc)
-    if isinstance(exc, DatabaseUnavailable):
+    if isinstance(exc, DatabaseUnavailable | KeyUnavailable):
         return EXIT_UNAVAILABLE, str(exc)
     if isinstance(exc, Conflict):
         return EXIT_CONFLICT, f"{exc} (nothing was written; try again)"

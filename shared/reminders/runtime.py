@@ -15,6 +15,7 @@ from reminders.clock import Clock, clock_from_env
 from reminders.errors import AuthenticationFailed, DatabaseUnavailable
 from reminders.observability import Metrics, NoMetrics
 from reminders.queue import Queue
+from reminders.secret_box import SecretBox
 
 
 @dataclass
@@ -30,6 +31,9 @@ class Runtime:
     # Where the database URL comes from again when a password is refused (the secret, in
     # Lambda); None when it was given whole (DATABASE_URL).
     database_url_source: Callable[[], str] | None = None
+    # Opens the endpoints' sealed webhook secrets (KMS); None: no KMS client (only plaintext
+    # rows not yet encrypted can be signed for).
+    secret_box: SecretBox | None = None
     _conn: db.Connection | None = None
     _used: float = 0.0
 
@@ -62,7 +66,8 @@ class Runtime:
         limits = self.settings.limits
         return db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
                           lock_timeout_ms=limits.lock_timeout_ms,
-                          statement_timeout_ms=limits.statement_timeout_ms)
+                          statement_timeout_ms=limits.statement_timeout_ms,
+                          schema=self.settings.db_schema)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -128,6 +133,17 @@ def build_channels(settings: config.Settings, client: Any) -> LazyChannels:
                          "sms": (False, sms)})
 
 
+def secret_box(settings: config.Settings, client: Callable[[str, Any], Any]) -> SecretBox:
+    """The process's SecretBox; its KMS client is made on first use."""
+
+    def kms() -> Any:
+        from reminders.kms import Kms, client_config
+
+        return Kms(client("kms", client_config()))
+
+    return SecretBox(kms, settings.secrets_key_id)
+
+
 def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | None = None,
              clock: Clock | None = None) -> Runtime:
     import os
@@ -148,6 +164,7 @@ def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | Non
         dlq=Queue(aws.client("sqs"), urls.dlq),
         parking=Queue(aws.client("sqs"), urls.parking),
         channels=build_channels(settings, aws.send_client),
+        secret_box=secret_box(settings, aws.send_client),
         metrics=metrics or NoMetrics(),
         database_url_source=None if env.get("DATABASE_URL") else database_url,
     )

@@ -36,6 +36,8 @@ class TickSummary:
     reclaimed: dict[str, int] = field(default_factory=dict)
     advanced: int = 0
     advance_failed: int = 0
+    first_materialised: int = 0  # recurring schedules recorded through SQL, first occurrence
+    first_failed: int = 0        # ... and those whose rule could not be expanded
     leased: int = 0
     published: int = 0
     released: int = 0
@@ -105,6 +107,7 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
         summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
         summary.poisoned += row["state"] == "dead" and not row["tried"]
     advance_series(rt, conn, now, summary)
+    materialise_first(rt, conn, now, summary)
 
     drain(rt, conn, now, summary, queued, deadline)
     if time.monotonic() < deadline:  # housekeeping only with time left over
@@ -179,3 +182,12 @@ def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
 
     rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
     summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner")
+
+
+def materialise_first(rt: Runtime, conn: db.Connection, now: datetime,
+                      summary: TickSummary) -> None:
+    """Recurring schedules recorded through SQL get their first occurrence (bounded)."""
+    from reminders.series import materialise_first as first
+
+    summary.first_materialised, summary.first_failed = db.retrying(
+        lambda: first(conn, rt.settings.limits.first_batch, now))

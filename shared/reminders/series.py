@@ -81,9 +81,7 @@ def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, r
     last = row["last_occurrence"] if row["last_occurrence"] is not None else after
     plan = plan_next(recurrence_of(row), last, now, row["stale_after"])
     insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
-                      generation=int(row["generation"]), channel=row["channel"],
-                      recipients=[recipient] * len(plan),
-                      destinations=[row["destination"]] * len(plan), plan=plan, now=now)
+                      recipients=[recipient] * len(plan), plan=plan, now=now)
     if not plan or plan[-1][1] != "scheduled":
         db.execute(conn, "schedule_end", {"id": schedule_id, "tenant": tenant, "now": now})
 
@@ -118,3 +116,29 @@ def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
                                                "event": "series not advanced", "detail": error})
             failed += 1
     return advanced, failed
+
+
+def materialise_first(conn: db.Connection, limit: int, now: datetime) -> tuple[int, int]:
+    """The first occurrence of recurring schedules recorded through the SQL API, whose callers
+    could not expand the rule: at most ``limit`` schedules, read off their partial index, in
+    one transaction that locks each schedule before its deliveries are made. A rule this
+    service cannot expand ends its schedule with the reason in ``problem`` (visible to the
+    application in ``my_schedules``); the others go on. Returns (materialised, failed)."""
+    done = failed = 0
+    with db.transaction(conn):
+        for row in db.fetch_all(conn, "schedules_pending_first", {"limit": limit}):
+            ref = {"id": row["id"], "tenant": row["tenant"], "now": now}
+            try:
+                first = first_due(recurrence_of(row), now)
+            except (RemindersError, ValueError, TypeError, ArithmeticError) as exc:
+                problem = f"the rule cannot be expanded: {type(exc).__name__}: {exc}"[:300]
+                logger.error("schedule not materialised", extra={"schedule_id": row["id"],
+                                                                 "error": problem})
+                db.fetch_one(conn, "schedule_materialise_first",
+                             {**ref, "first_at": None, "problem": problem})
+                failed += 1
+                continue
+            db.fetch_one(conn, "schedule_materialise_first", {
+                **ref, "first_at": first.utc if first is not None else None, "problem": None})
+            done += 1
+    return done, failed

@@ -39,7 +39,8 @@ def timed(fn: Callable[[], Any]) -> float:
 def make_base(server: str) -> None:
     with db.connect(db.create_database(server, BASE)) as conn:
         migrate.apply(conn)
-        db.execute(conn, "endpoint_add", {"tenant": None, "url": URL, "secret": SECRET})
+        # A plaintext row, as before secrets were sealed: the benchmark runs without KMS.
+        conn.execute("insert into endpoints (url, secret) values (%s, %s)", (URL, SECRET))
 
 
 def fresh_db(server: str, name: str, template: str = BASE) -> tuple[db.Connection, str]:

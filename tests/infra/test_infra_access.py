@@ -286,7 +286,8 @@ def test_no_grant_of_an_action_nothing_calls(default: Synthesized) -> None:
 
 
 def test_only_this_accounts_alarms_may_use_the_alarm_key(default: Synthesized) -> None:
-    (key,) = default.resources("AWS::KMS::Key").values()
+    (key,) = [k for k in default.resources("AWS::KMS::Key").values()
+              if "alarm" in k["Properties"].get("Description", "")]
     statements = key["Properties"]["KeyPolicy"]["Statement"]
     cloudwatch = [
         s for s in statements if s.get("Principal", {}).get("Service") == "cloudwatch.amazonaws.com"

@@ -68,7 +68,8 @@ def test_psycopg_binary_extensions_are_arm64_elf(layer_dir: Path) -> None:
 
 def test_layer_holds_the_packages_the_functions_import(layer_dir: Path) -> None:
     site_packages = layer_dir / "python"
-    for package in ("psycopg", "psycopg_binary", "tzdata", "dateutil", "aws_lambda_powertools"):
+    for package in ("psycopg", "psycopg_binary", "cryptography", "tzdata", "dateutil",
+                    "aws_lambda_powertools"):
         assert (site_packages / package).is_dir(), package
     for package in RUNTIME_PROVIDED:
         assert not (site_packages / package).exists(), package
@@ -115,12 +116,14 @@ def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synth
 
 # What a build resolved into build/layer/python, as its .dist-info directories name it.
 RECORDED_LAYER = (
-    "aws_lambda_powertools-3.37.0", "aws_xray_sdk-2.15.0", "jmespath-1.1.0", "psycopg-3.3.9",
+    "aws_lambda_powertools-3.37.0", "aws_xray_sdk-2.15.0", "cffi-2.1.1", "cryptography-50.0.2",
+    "jmespath-1.1.0", "psycopg-3.3.9", "pycparser-3.12",
     "psycopg_binary-3.3.9", "python_dateutil-2.9.0.post0", "six-1.17.0",
     "typing_extensions-4.16.0", "tzdata-2026.6", "urllib3-2.8.0", "wrapt-2.5.2",
 )
 RECORDED_PINS = {
-    "aws-lambda-powertools": "3.37.0", "aws-xray-sdk": "2.15.0", "jmespath": "1.1.0",
+    "aws-lambda-powertools": "3.37.0", "aws-xray-sdk": "2.15.0", "cffi": "2.1.1",
+    "cryptography": "50.0.2", "jmespath": "1.1.0", "pycparser": "3.12",
     "psycopg": "3.3.9", "psycopg-binary": "3.3.9", "python-dateutil": "2.9.0.post0",
     "six": "1.17.0", "typing-extensions": "4.16.0", "tzdata": "2026.6", "urllib3": "2.8.0",
     "wrapt": "2.5.2", "ruff": "0.17.6",
@@ -171,3 +174,25 @@ def test_a_package_the_lock_does_not_pin_or_a_missing_requirement_makes_it_stale
 def test_the_layer_is_built_under_the_lock(tmp_path: Path) -> None:
     command = pip_command(tmp_path)
     assert command[command.index("--constraint") + 1] == str(LOCK_FILE)
+
+
+ABI3_TAG = re.compile(r"^cp3\d+-abi3-manylinux_(\d+)_(\d+)_aarch64$")
+
+
+def test_cryptography_is_the_tests_version_built_for_arm64(layer_dir: Path) -> None:
+    import cryptography
+
+    site_packages = layer_dir / "python"
+    (dist_info,) = site_packages.glob("cryptography-*.dist-info")
+    assert dist_info.name == f"cryptography-{cryptography.__version__}.dist-info"
+    for tag in _wheel_tags(dist_info):
+        match = ABI3_TAG.match(tag)
+        assert match, tag
+        assert (int(match[1]), int(match[2])) <= LAMBDA_GLIBC, tag
+    libraries = [*(site_packages / "cryptography").rglob("*.so"),
+                 *site_packages.glob("_cffi_backend*.so")]
+    assert any(lib.name.startswith("_cffi_backend") for lib in libraries), libraries
+    for library in libraries:
+        header = library.read_bytes()[:20]
+        (machine,) = struct.unpack("<H", header[18:20])
+        assert header[:4] == b"\x7fELF" and machine == ELF_MACHINE_AARCH64, library

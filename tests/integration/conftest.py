@@ -8,18 +8,21 @@ import pytest
 
 from reminders import config
 from reminders.local.stack import AWS_TEST_ENV
+from tests.conftest import secrets_key
 from tests.integration.cli_helpers import Cli, base_env
 
 
 @pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Cli:
-    return Cli({**base_env(tmp_path), "DATABASE_URL": database_url})
+def cli(database_url: str, tmp_path: Path, moto_endpoint: str) -> Cli:
+    """The command line on the test's database, with a KMS key (in moto) for endpoint secrets."""
+    return Cli({**base_env(tmp_path), "DATABASE_URL": database_url, **AWS_TEST_ENV,
+                "AWS_ENDPOINT_URL": moto_endpoint,
+                "REMINDERS_SECRETS_KEY_ID": secrets_key(moto_endpoint)})
 
 
 @pytest.fixture
 def aws_cli(cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> Cli:
-    return Cli({**cli.env, **AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
-                "REMINDERS_QUEUE_URL": queue_urls.deliveries,
+    return Cli({**cli.env, "REMINDERS_QUEUE_URL": queue_urls.deliveries,
                 "REMINDERS_DLQ_URL": queue_urls.dlq,
                 "REMINDERS_PARKING_QUEUE_URL": queue_urls.parking,
                 "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})

@@ -6,15 +6,16 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from reminders import db, schedules
+from reminders import db, endpoints, schedules
 from reminders.local import pipeline
 from reminders.local.event_source import sqs_event
 from tests.conftest import Harness
 
 
-def register(h: Harness, url: str) -> str:
-    db.execute(h.conn, "endpoint_add", {"tenant": None, "url": url,
-                                        "secret": h.receiver.secret})
+def register(h: Harness, url: str, secret: str | None = None) -> str:
+    assert h.rt.secret_box is not None
+    endpoints.register(h.conn, h.rt.secret_box, tenant=None, url=url,
+                       secret=secret or h.receiver.secret, now=h.clock.now())
     return url
 
 

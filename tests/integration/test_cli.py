@@ -91,7 +91,7 @@ def test_schedule_send_and_inspect_a_webhook(aws_cli: Cli, conn: db.Connection,
 
 
 def test_reschedule_cancel_and_opt_out(cli: Cli, conn: db.Connection) -> None:
-    db.execute(conn, "endpoint_add", {"tenant": None, "url": URL, "secret": new_secret()})
+    conn.execute("insert into endpoints (url, secret) values (%s, %s)", (URL, new_secret()))
     first = schedules.schedule(conn, tenant="acme", recipients=["alice"], channel="webhook",
                                to=URL, at=T0 + timedelta(minutes=5),
                                now=T0, key="k1")

@@ -460,7 +460,10 @@ def test_an_endpoint_is_rotated_and_removed(cli: Cli, conn: db.Connection) -> No
     fresh = new_secret()
     rotated = cli("endpoints", "rotate-secret", url, "--secret-env", "S", "--json", S=fresh).json()
     assert rotated["url"] == url and rotated["action"] == "rotate-secret"
-    assert conn.execute("select secret from endpoints").fetchone() == {"secret": fresh}
+    assert rotated["overlap_until"] == "2027-03-02 09:00:00+00:00"  # the default 24h overlap
+    row = conn.execute("select secret, next_secret_ciphertext from endpoints").fetchone()
+    assert row is not None and row["secret"] is None
+    assert fresh.encode() not in bytes(row["next_secret_ciphertext"])
     error(cli("endpoints", "remove", url, "--tenant", "acme"), 3,
           f"no endpoint {url} registered for tenant acme")
     gone = cli("endpoints", "remove", url)

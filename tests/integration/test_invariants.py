@@ -13,6 +13,7 @@ import pytest
 
 from reminders import batch, consumer, db, schedules
 from reminders.channels.base import Message
+from reminders.endpoints import signing_secrets
 from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
     event_for,
@@ -36,7 +37,8 @@ def crash_mid_send(h: Harness, body: dict[str, Any]) -> None:
             delivery_key=row["delivery_key"], tenant=row["tenant"], kind=row["kind"],
             recipient=row["recipient"], destination=row["destination"], payload=row["payload"],
             revision=row["revision"], occurrence_at=row["occurrence_at"],
-            attempt=int(attempt["attempt_no"]), secret=row["endpoint_secret"]), h.clock.now())
+            attempt=int(attempt["attempt_no"]),
+            secrets=signing_secrets(row, h.clock.now(), h.rt.secret_box)), h.clock.now())
 
 
 @pytest.mark.resends_allowed

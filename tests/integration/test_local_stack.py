@@ -32,7 +32,7 @@ from tests.integration.cli_helpers import Result, base_env
 
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",
-              "receiver_secret", "pgdata", "pids"}
+              "receiver_secret", "pgdata", "pids", "secrets_key_id"}
 FRESH_STATS = {"effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
                "bad_signatures": 0, "by_endpoint": {}}
 DUE = "2027-03-01T09:05:00Z"
@@ -189,6 +189,8 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
         QueueUrl=s["queues"]["deliveries"], AttributeNames=["RedrivePolicy"])[
         "Attributes"]["RedrivePolicy"])
     assert redrive["deadLetterTargetArn"] == "arn:aws:sqs:us-east-1:123456789012:reminders-dlq"
+    key = stack.aws_client("kms", endpoint).describe_key(KeyId=s["secrets_key_id"])
+    assert key["KeyMetadata"]["Arn"] == s["secrets_key_id"] and key["KeyMetadata"]["Enabled"]
 
     with db.connect(s["database_url"]) as conn:  # migrated
         assert conn.execute("select name from kinds").fetchall() == [{"name": "default"}]

@@ -19,7 +19,9 @@ import pytest
 from psycopg import sql
 
 from reminders import db
+from reminders.config import DEFAULT_SCHEMA
 from reminders.db import migrate
+from reminders.errors import ConfigError
 
 SNAPSHOT = Path(__file__).with_name("expected_schema.txt")
 UPDATE_ENV = "REMINDERS_UPDATE_SCHEMA"
@@ -35,13 +37,14 @@ def empty_database(pg_server: str) -> Iterator[str]:
             sql.Identifier(name)))
 
 
-def render_schema(conn: db.Connection) -> str:
-    """The public schema as sorted, stable text: tables and columns (type, nullability,
-    default, identity), constraints (kind, name, definition) and indexes."""
+def render_schema(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> str:
+    """The service's schema as sorted, stable text: tables and columns (type, nullability,
+    default, identity), constraints (kind, name, definition), indexes, other relations
+    (views) and functions with their arguments and security."""
     lines: list[str] = []
     tables = [r["relname"] for r in conn.execute(
         "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
-        " where n.nspname = 'public' and c.relkind in ('r', 'p') order by c.relname")]
+        " where n.nspname = %s and c.relkind in ('r', 'p') order by c.relname", (schema,))]
     for table in tables:
         lines.append(f"table {table}")
         for col in conn.execute(
@@ -50,7 +53,7 @@ def render_schema(conn: db.Connection) -> str:
                 " from pg_attribute a"
                 " left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum"
                 " where a.attrelid = %s::regclass and a.attnum > 0 and not a.attisdropped"
-                " order by a.attnum", (f"public.{table}",)):
+                " order by a.attnum", (f"{schema}.{table}",)):
             parts = [f"  column {col['attname']} {col['type']}",
                      "not null" if col["attnotnull"] else "null"]
             if col["attidentity"]:
@@ -61,7 +64,7 @@ def render_schema(conn: db.Connection) -> str:
         for con in conn.execute(
                 "select conname, contype, pg_get_constraintdef(oid) as definition"
                 " from pg_constraint where conrelid = %s::regclass"
-                " order by contype, conname", (f"public.{table}",)):
+                " order by contype, conname", (f"{schema}.{table}",)):
             kind = {"c": "check", "f": "foreign key", "p": "primary key", "u": "unique",
                     "x": "exclude", "n": "not null"}.get(con["contype"], con["contype"])
             if kind == "not null":
@@ -69,19 +72,23 @@ def render_schema(conn: db.Connection) -> str:
             lines.append(f"  constraint {con['conname']} {kind}: {con['definition']}")
         for idx in conn.execute(
                 "select indexname, indexdef from pg_indexes"
-                " where schemaname = 'public' and tablename = %s order by indexname", (table,)):
-            definition = re.sub(r"\bpublic\.", "", idx["indexdef"])
+                " where schemaname = %s and tablename = %s order by indexname",
+                (schema, table)):
+            definition = re.sub(rf"\b{schema}\.", "", idx["indexdef"])
             lines.append(f"  index {idx['indexname']}: {definition}")
     others = conn.execute(
         "select c.relkind, c.relname from pg_class c"
         " join pg_namespace n on n.oid = c.relnamespace"
-        " where n.nspname = 'public' and c.relkind not in ('r', 'p', 'i', 'S')"
-        " order by c.relname").fetchall()
+        " where n.nspname = %s and c.relkind not in ('r', 'p', 'i', 'S')"
+        " order by c.relname", (schema,)).fetchall()
     lines += [f"relation {r['relname']} kind {r['relkind']}" for r in others]
     functions = conn.execute(
-        "select p.proname from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
-        " where n.nspname = 'public' order by p.proname").fetchall()
-    lines += [f"function {r['proname']}" for r in functions]
+        "select p.proname, pg_get_function_identity_arguments(p.oid) as args,"
+        "       pg_get_function_result(p.oid) as result, p.prosecdef"
+        " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+        " where n.nspname = %s order by p.proname, args", (schema,)).fetchall()
+    lines += [f"function {r['proname']}({r['args']}) -> {r['result']}"
+              + (" security definer" if r["prosecdef"] else "") for r in functions]
     return "\n".join(lines) + "\n"
 
 
@@ -97,8 +104,8 @@ def test_migrations_are_numbered_from_one_without_gaps() -> None:
 def test_migrating_an_empty_database_gives_the_expected_schema(empty_database: str) -> None:
     versions = [m.version for m in migrate.available()]
     with db.connect(empty_database) as conn:
-        assert conn.execute("select count(*) as n from pg_tables where schemaname = 'public'"
-                            ).fetchone() == {"n": 0}
+        assert conn.execute("select count(*) as n from pg_tables where schemaname = %s",
+                            (DEFAULT_SCHEMA,)).fetchone() == {"n": 0}
         assert migrate.apply(conn) == versions
         assert migrate.apply(conn) == []
         recorded = [(r["version"], r["name"]) for r in conn.execute(
@@ -139,8 +146,38 @@ def test_a_migration_that_fails_applies_nothing(empty_database: str,
     with db.connect(empty_database) as conn:
         with pytest.raises(psycopg.errors.DivisionByZero):
             migrate.apply(conn)
-        tables = conn.execute("select count(*) as n from pg_tables where schemaname = 'public'"
-                              ).fetchone()
+        tables = conn.execute("select count(*) as n from pg_tables where schemaname = %s",
+                              (DEFAULT_SCHEMA,)).fetchone()
         assert tables == {"n": 0}
         monkeypatch.setattr(migrate, "available", lambda: real)
         assert migrate.apply(conn) == [m.version for m in real]
+
+
+def test_the_schema_installs_beside_an_applications_own_tables(empty_database: str) -> None:
+    """An application's database with tables of the same names: the service's schema goes
+    beside them, under the configured name, and neither side sees the other's rows."""
+    with db.connect(empty_database, schema="public") as app:
+        app.execute("create table schedules (id int primary key, what text)")
+        app.execute("create table deliveries (id int primary key)")
+        app.execute("insert into schedules values (1, 'the application''s own')")
+    with db.connect(empty_database, schema="svc_reminders") as conn:
+        assert migrate.apply(conn, "svc_reminders") == [m.version for m in migrate.available()]
+        assert migrate.apply(conn, "svc_reminders") == []
+        assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
+        assert conn.execute("select version from schema_migrations order by version limit 1"
+                            ).fetchone() == {"version": 1}
+        assert render_schema(conn, "svc_reminders") == SNAPSHOT.read_text()
+    with db.connect(empty_database, schema="public") as app:
+        assert app.execute("select what from schedules").fetchall() == [
+            {"what": "the application's own"}]
+        assert app.execute("select to_regclass('public.schema_migrations') as t").fetchone() == {
+            "t": None}
+
+
+def test_a_deployment_with_its_tables_in_public_is_not_migrated_beside_them(
+        empty_database: str) -> None:
+    with db.connect(empty_database, schema="public") as conn:
+        migrate.apply(conn, "public")
+        with pytest.raises(ConfigError, match="REMINDERS_DB_SCHEMA=public"):
+            migrate.apply(conn, "reminders")
+        assert conn.execute("select to_regnamespace('reminders') as s").fetchone() == {"s": None}

@@ -12,6 +12,7 @@ import pytest
 
 from reminders import batch, consumer, db, scanner, schedules
 from reminders.clock import iso
+from reminders.endpoints import signing_secrets
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
 from tests.conftest import Harness, make_runtime
@@ -137,7 +138,8 @@ def test_send_then_crash_on_a_keyed_channel_is_resent_with_the_same_key(harness:
     h.rt.channels["webhook"].send(Message(
         delivery_key=key, tenant="acme", kind="default", recipient="alice",
         destination=row["destination"], payload={}, revision="1",
-        occurrence_at=row["occurrence_at"], attempt=1, secret=row["endpoint_secret"]),
+        occurrence_at=row["occurrence_at"], attempt=1,
+        secrets=signing_secrets(row, h.clock.now(), h.rt.secret_box)),
         h.clock.now())
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
     assert tick(h)["reclaimed"] == {"retrying": 1}

@@ -310,7 +310,8 @@ def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
     messages = take_messages(h)
     app = psycopg.connect(database_url, autocommit=False)
     try:
-        app.execute("select 1 from deliveries where delivery_key = %s for update", (blocked,))
+        app.execute("select 1 from reminders.deliveries where delivery_key = %s for update",
+                    (blocked,))
         answer = consumer.process_batch(event_for(h, messages), h.rt)
         assert len(answer["batchItemFailures"]) == 1
         assert delivery(h, free)["state"] == "sent"

@@ -42,7 +42,8 @@ SECRET = new_secret()
 
 
 def message(url: str, key: str = "schedule:7:2025-03-30T01:30:00Z:r1:webhook",
-            secret: str | None = SECRET, attempt: int = 1) -> Message:
+            secret: str | None = SECRET, attempt: int = 1,
+            also: tuple[str, ...] = ()) -> Message:
     return Message(
         delivery_key=key,
         tenant="acme",
@@ -53,7 +54,7 @@ def message(url: str, key: str = "schedule:7:2025-03-30T01:30:00Z:r1:webhook",
         revision="3",
         occurrence_at=NOW,
         attempt=attempt,
-        secret=secret,
+        secrets=(*(() if secret is None else (secret,)), *also),
     )
 
 

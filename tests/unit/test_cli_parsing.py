@@ -410,3 +410,18 @@ def test_every_option_has_help_and_every_command_an_example() -> None:
             if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 assert action.help, (name, action.option_strings or action.dest)
         assert "e.g." in parser.format_help().lower(), name
+
+
+@pytest.mark.parametrize("schema", ["Reminders", "a-b", "1st", "pg_reminders", "x;drop", "a b",
+                                    "r" * 64])
+def test_the_schema_setting_must_be_a_plain_identifier(schema: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load({**BASE_ENV, "REMINDERS_DB_SCHEMA": schema})
+    assert str(err.value).startswith("REMINDERS_DB_SCHEMA must be a lower-case identifier")
+    assert repr(schema) in str(err.value)
+
+
+def test_the_schema_setting_defaults_to_reminders() -> None:
+    assert config.load(dict(BASE_ENV)).db_schema == "reminders"
+    assert config.load({**BASE_ENV, "REMINDERS_DB_SCHEMA": "svc_2"}).db_schema == "svc_2"
+    assert config.load(dict(BASE_ENV)).limits.first_batch == 100

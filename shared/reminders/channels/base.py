@@ -29,7 +29,9 @@ class Message:
     revision: str
     occurrence_at: datetime    # the instant the reminder is for (UTC)
     attempt: int               # 1-based attempt number
-    secret: str | None = None  # webhook signing secret (whsec_...), None for other channels
+    # Webhook signing secrets (whsec_...), one signature each: one secret, or the current and
+    # the next during a rotation's overlap; none for other channels.
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from reminders.clock import require_aware
@@ -67,6 +67,13 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return f"{SIGNATURE_VERSION},{_digest(validate_secret(secret), msg_id, timestamp, body)}"
 
 
+def sign_all(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``v1,`` signature per secret, space-separated (during a rotation: old and new)."""
+    if not secrets:
+        raise InvalidInput("no signing secret given")
+    return " ".join(sign(secret, msg_id, timestamp, body) for secret in secrets)
+
+
 def _header(headers: Mapping[str, str], name: str) -> str:
     value = headers.get(name)
     if value is None:
@@ -77,6 +84,29 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     if value is None or not value.strip():
         raise InvalidSignature(f"missing {name} header")
     return value.strip()
+
+
+def verify_each(
+    secrets: Sequence[str],
+    headers: Mapping[str, str],
+    body: bytes,
+    tolerance_seconds: int | None = None,
+    now: datetime | None = None,
+) -> tuple[int, ...]:
+    """Which of ``secrets`` (their positions) signed the request, each by a valid ``v1``
+    signature; raises InvalidSignature when none did (or a header is missing or bad)."""
+    matched = []
+    failure: InvalidSignature | None = None
+    for index, secret in enumerate(secrets):
+        try:
+            verify(secret, headers, body, tolerance_seconds, now)
+        except InvalidSignature as exc:
+            failure = failure or exc
+            continue
+        matched.append(index)
+    if not matched:
+        raise failure or InvalidSignature("no secret to verify with")
+    return tuple(matched)
 
 
 def verify(

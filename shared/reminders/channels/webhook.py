@@ -260,9 +260,10 @@ class WebhookChannel:
         deadline = _Deadline(self.send_timeout, self._monotonic)
         try:
             target = _parse_url(message.destination)
-            if message.secret is None:
+            if not message.secrets:
                 raise InvalidInput("no signing secret for this webhook endpoint")
-            signing.validate_secret(message.secret)
+            for secret in message.secrets:
+                signing.validate_secret(secret)
             body = webhook_body(message)
         except InvalidInput as exc:
             return SendResult(Outcome.PERMANENT, _one_line(str(exc)))
@@ -283,8 +284,8 @@ class WebhookChannel:
             "Idempotency-Key": message.delivery_key,
             signing.HEADER_ID: message.delivery_key,
             signing.HEADER_TIMESTAMP: str(timestamp),
-            signing.HEADER_SIGNATURE: signing.sign(
-                message.secret, message.delivery_key, timestamp, body
+            signing.HEADER_SIGNATURE: signing.sign_all(
+                message.secrets, message.delivery_key, timestamp, body
             ),
             "Connection": "close",
         }

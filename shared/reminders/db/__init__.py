@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import dict_row
 
+from reminders.config import DEFAULT_SCHEMA, check_schema
 from reminders.db.queries import SERVICE, query
 from reminders.errors import (
     AuthenticationFailed,
@@ -34,15 +35,18 @@ before_statement: Callable[[str], None] | None = None
 
 
 def connect(url: str, *, prepare: bool = True, application_name: str = "reminders",
-            lock_timeout_ms: int | None = None,
-            statement_timeout_ms: int | None = None) -> Connection:
+            lock_timeout_ms: int | None = None, statement_timeout_ms: int | None = None,
+            schema: str = DEFAULT_SCHEMA) -> Connection:
     """Open an autocommit connection with dict rows; :func:`transaction` groups work.
     ``prepare=False`` turns psycopg's automatic prepared statements off, which a connection
     pooler such as RDS Proxy needs (they pin the connection). The service's own sessions pass
-    lock and statement timeouts, so nothing waits on a lock without bound."""
+    lock and statement timeouts, so nothing waits on a lock without bound. Every session's
+    ``search_path`` is the service's schema (``REMINDERS_DB_SCHEMA``, validated as a plain
+    identifier by the settings), so its unqualified statements find the service's tables."""
     options = " ".join(
         f"-c {name}={value}" for name, value in (("lock_timeout", lock_timeout_ms),
-                                                 ("statement_timeout", statement_timeout_ms))
+                                                 ("statement_timeout", statement_timeout_ms),
+                                                 ("search_path", check_schema(schema)))
         if value is not None)
     try:
         conn: Connection = psycopg.connect(
@@ -52,7 +56,7 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
             prepare_threshold=5 if prepare else None,
             application_name=application_name,
             connect_timeout=10,
-            options=options or None,
+            options=options,
         )
     except psycopg.OperationalError as exc:
         if exc.sqlstate in ("28P01", "28000") or "password authentication failed" in str(exc):
@@ -106,6 +110,20 @@ def translate_errors() -> Iterator[None]:
         raise InvalidInput(_constraint_message(exc)) from exc
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"Postgres: {_first_line(exc)}") from exc
+    except psycopg.Error as exc:
+        refused = SQL_API_ERRORS.get(exc.sqlstate or "")
+        if refused is None:
+            raise
+        raise refused(exc.diag.message_primary or _first_line(exc)) from exc
+
+
+# The SQLSTATEs the SQL API (migration 0009) raises, as the domain errors they mean.
+SQL_API_ERRORS: dict[str, type[InvalidInput] | type[NotFound]] = {
+    "RM400": InvalidInput,  # bad input: the message names the argument
+    "RM409": InvalidInput,  # refused by the current state (same key, another request; cancelled)
+    "RM404": NotFound,      # no such schedule or delivery key for the tenant
+    "RM403": InvalidInput,  # the login is not mapped to a tenant
+}
 
 
 def fetch_all(conn: Connection, name: str, params: Params = None, *,

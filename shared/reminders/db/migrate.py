@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from reminders import db
+from reminders.config import DEFAULT_SCHEMA, check_schema
+from reminders.errors import ConfigError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_KEY = 0x52454D49  # any constant shared by every migrator
@@ -32,11 +34,17 @@ def available() -> list[Migration]:
     return found
 
 
-def apply(conn: db.Connection) -> list[int]:
-    """Apply every migration not yet applied; return the versions applied now."""
+def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> list[int]:
+    """Apply every migration not yet applied to the service's schema (created if missing);
+    return the versions applied now. The migrations name no schema: they run with
+    ``search_path`` set to it, and ``schema_migrations`` lives in it too."""
+    check_schema(schema)
     applied_now: list[int] = []
     with db.transaction(conn):
         db.execute_script(conn, f"select pg_advisory_xact_lock({_LOCK_KEY})")
+        _refuse_a_moved_schema(conn, schema)
+        db.execute_script(conn, f"create schema if not exists {schema}")
+        db.execute_script(conn, f"set local search_path to {schema}, pg_temp")
         db.execute_script(
             conn,
             "create table if not exists schema_migrations ("
@@ -52,3 +60,18 @@ def apply(conn: db.Connection) -> list[int]:
                                                  "name": migration.name})
             applied_now.append(migration.version)
     return applied_now
+
+
+def _refuse_a_moved_schema(conn: db.Connection, schema: str) -> None:
+    """A deployment from before the schema setting keeps its tables in ``public``: migrating a
+    new, empty schema beside them would hide every reminder from the service."""
+    if schema == "public":
+        return
+    found = conn.execute(
+        "select to_regclass(%s) is not null as target, to_regclass('public.schema_migrations')"
+        " is not null as legacy", (f"{schema}.schema_migrations",)).fetchone()
+    if found is not None and found["legacy"] and not found["target"]:
+        raise ConfigError(
+            f"the service's tables are in schema public (public.schema_migrations exists) and "
+            f"REMINDERS_DB_SCHEMA is {schema!r}: set REMINDERS_DB_SCHEMA=public, or move the "
+            f"tables with ALTER TABLE ... SET SCHEMA {schema} first")

@@ -22,10 +22,6 @@ insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 
 -- ---------------------------------------------------------------- kinds, endpoints, tenants
 
--- name: kind_get
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
-from kinds where name = %(name)s;
-
 -- name: kind_upsert
 insert into kinds (name, stale_after, max_attempts, redrive_budget, backoff_base, backoff_cap,
                    retention, updated_at)
@@ -53,39 +49,71 @@ insert into tenants (id) values (%(tenant)s) on conflict (id) do nothing;
 update tenants set paused = %(paused)s where id = %(tenant)s returning id, paused;
 
 -- name: endpoint_add
-insert into endpoints (tenant, url, secret) values (%(tenant)s, %(url)s, %(secret)s)
-on conflict (coalesce(tenant, ''), url) do update set secret = excluded.secret
+-- The secret sealed (never plaintext); registering a URL again replaces its secret at once and
+-- ends any rotation.
+insert into endpoints (tenant, url, secret_ciphertext, secret_data_key, secret_key_id,
+                       updated_at)
+values (%(tenant)s, %(url)s, %(ciphertext)s, %(data_key)s, %(key_id)s, %(now)s)
+on conflict (coalesce(tenant, ''), url) do update set
+    secret = null, secret_ciphertext = excluded.secret_ciphertext,
+    secret_data_key = excluded.secret_data_key, secret_key_id = excluded.secret_key_id,
+    next_secret_ciphertext = null, next_secret_data_key = null, next_secret_key_id = null,
+    overlap_until = null, updated_at = excluded.updated_at
 returning id, tenant, url;
 
--- name: endpoint_find
-select id, tenant, url from endpoints
-where url = %(url)s and (tenant = %(tenant)s or tenant is null)
-order by tenant nulls last limit 1;
-
 -- ---------------------------------------------------------------- schedules (the API)
+-- The rules live in the SQL functions of migration 0009 (the same ones applications in any
+-- language call); these blocks only call them with the tenant the caller named.
 
--- name: schedule_insert
-insert into schedules (tenant, schedule_key, kind, channel, destination, payload, revision,
-                       at, rrule, tz, local_start, gap_policy, overlap_policy, request_hash,
-                       created_at, updated_at)
-values (%(tenant)s, %(schedule_key)s, %(kind)s, %(channel)s, %(destination)s, %(payload)s,
-        %(revision)s, %(at)s, %(rrule)s, %(tz)s, %(local_start)s, %(gap)s, %(overlap)s,
-        %(request_hash)s, %(now)s, %(now)s)
-on conflict (tenant, schedule_key) do nothing
-returning id, generation;
+-- name: api_schedule
+select schedule_id, schedule_key, created, recipient, delivery_key, due_at, state
+from schedule_for(tenant => %(tenant)s, key => %(key)s, recipients => %(recipients)s::text[],
+                  channel => %(channel)s, at => %(at)s, rrule => %(rrule)s, tz => %(tz)s,
+                  local_start => %(local_start)s, gap => %(gap)s, overlap => %(overlap)s,
+                  destination => %(destination)s, kind => %(kind)s,
+                  payload => %(payload)s::jsonb, revision => %(revision)s,
+                  first_at => %(first_at)s, expanded => %(expanded)s, now => %(now)s);
 
+-- name: api_reschedule
+select schedule_id, schedule_key, created, recipient, delivery_key, due_at, state
+from reschedule_for(tenant => %(tenant)s, key => %(key)s, at => %(at)s, rrule => %(rrule)s,
+                    tz => %(tz)s, local_start => %(local_start)s, gap => %(gap)s,
+                    overlap => %(overlap)s, revision => %(revision)s,
+                    first_at => %(first_at)s, expanded => %(expanded)s, now => %(now)s);
+
+-- name: api_cancel
+select cancel_for(tenant => %(tenant)s, key => %(key)s, now => %(now)s) as suppressed;
+
+-- name: api_opt_out
+select opt_out_for(tenant => %(tenant)s, recipient => %(recipient)s, channel => %(channel)s,
+                   now => %(now)s) as added;
+
+-- name: api_opt_in
+select opt_in_for(tenant => %(tenant)s, recipient => %(recipient)s,
+                  channel => %(channel)s) as removed;
+
+-- name: deliveries_materialise
+-- One statement for any number of recipients: a fan-out costs one round trip.
+select id, recipient, delivery_key, occurrence_at, due_at, state
+from materialise(tenant => %(tenant)s, schedule_id => %(schedule_id)s,
+                 recipients => %(recipients)s::text[], occurrences => %(occurrences)s::timestamptz[],
+                 states => %(states)s::text[], reasons => %(reasons)s::text[], now => %(now)s);
+
+-- name: schedules_pending_first
+-- CROSS-TENANT, bounded: recurring schedules recorded through SQL whose first occurrence is
+-- not materialised yet, read off their partial index and locked (the schedule first, as
+-- everywhere); one another transaction holds waits for the next tick.
+select id, tenant, rrule, tz, local_start, gap_policy, overlap_policy from schedules
+where pending_first order by id limit %(limit)s
+for no key update skip locked;
+
+-- name: schedule_materialise_first
+select materialise_first(tenant => %(tenant)s, schedule_id => %(id)s, first_at => %(first_at)s,
+                         problem => %(problem)s, now => %(now)s) as deliveries;
 -- name: schedule_get
 select id, tenant, schedule_key, kind, channel, destination, payload, revision, generation, state,
        at, rrule, tz, local_start, gap_policy, overlap_policy, request_hash
 from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s;
-
--- name: schedule_lock
--- Lock order everywhere: the schedule, then its deliveries. NO KEY UPDATE leaves the key share
--- that inserting a delivery takes free, so a series advancing never deadlocks with this.
-select id, tenant, schedule_key, kind, channel, destination, payload, revision, generation, state,
-       at, rrule, tz, local_start, gap_policy, overlap_policy
-from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s
-for no key update;
 
 -- name: schedule_share
 -- The series advance reads the schedule under a share lock: a reschedule or cancel waits for
@@ -98,48 +126,8 @@ union
 select s.tenant, s.schedule_key from deliveries d join schedules s on s.id = d.schedule_id
 where d.delivery_key = %(key)s;
 
--- name: schedule_update
--- A new time or rule revives an ended schedule; a new revision alone changes the record only.
-update schedules set
-    at = %(at)s, rrule = %(rrule)s, tz = %(tz)s, local_start = %(local_start)s,
-    gap_policy = %(gap)s, overlap_policy = %(overlap)s, revision = %(revision)s,
-    generation = generation + 1,
-    state = case when %(revive)s then 'active' else state end, updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s
-returning id, generation, state;
--- name: schedule_cancel
-update schedules set state = 'cancelled', updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and state = 'active';
-
 -- name: schedule_end
-update schedules set state = 'ended', updated_at = %(now)s
-where id = %(id)s and tenant = %(tenant)s and state = 'active'
-  and not exists (select 1 from deliveries d where d.schedule_id = %(id)s
-                  and d.state in ('scheduled', 'leased', 'retrying'));
-
--- name: recipients_insert
-insert into schedule_recipients (schedule_id, tenant, recipient, destination)
-select %(schedule_id)s, %(tenant)s, r.recipient, r.destination
-from unnest(%(recipients)s::text[], %(destinations)s::text[]) as r(recipient, destination);
-
--- name: recipients_of_schedule
-select recipient, destination from schedule_recipients
-where schedule_id = %(schedule_id)s and tenant = %(tenant)s order by recipient;
-
--- name: deliveries_insert
--- One statement for any number of recipients: a fan-out costs one round trip.
-insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
-                        delivery_key, occurrence_at, revision, due_at, state, reason,
-                        created_at, updated_at)
-select s.tenant, s.id, s.generation, r.recipient, s.channel, r.destination, r.delivery_key,
-       r.occurrence_at, s.revision, r.occurrence_at, r.state, r.reason, %(now)s, %(now)s
-from schedules s,
-     unnest(%(recipients)s::text[], %(destinations)s::text[], %(keys)s::text[],
-            %(occurrences)s::timestamptz[], %(states)s::text[], %(reasons)s::text[])
-         as r(recipient, destination, delivery_key, occurrence_at, state, reason)
-where s.id = %(schedule_id)s and s.tenant = %(tenant)s
-on conflict (delivery_key) do nothing
-returning id, recipient, delivery_key, occurrence_at, due_at, state;
+select end_schedule(%(tenant)s, %(id)s, %(now)s);
 
 -- name: deliveries_of_schedule_generation
 select id, recipient, delivery_key, occurrence_at, due_at, state
@@ -147,23 +135,6 @@ from deliveries where schedule_id = %(schedule_id)s and tenant = %(tenant)s
   and generation = %(generation)s
 order by recipient, occurrence_at;
 
--- name: deliveries_supersede_pending
--- Reschedule and cancel: every pending delivery of the schedule stops here, fenced on the send
--- in flight in this same statement. One that is not sending is suppressed and loses its lease
--- (its holder's fenced writes are refused, its message dropped on re-check). One whose send is
--- in flight keeps its lease and is marked superseded: its holder records what the send did,
--- and it is never tried again.
-update deliveries set
-    state = case when send_attempt is null then 'suppressed' else state end,
-    reason = case when send_attempt is null then %(reason)s else reason end,
-    superseded = case when send_attempt is null then null else %(reason)s end,
-    lease_token = case when send_attempt is null then null else lease_token end,
-    lease_expires_at = case when send_attempt is null then null else lease_expires_at end,
-    received = case when send_attempt is null then false else received end,
-    updated_at = %(now)s
-where schedule_id = %(schedule_id)s and tenant = %(tenant)s
-  and state in ('scheduled', 'leased', 'retrying') and superseded is null
-returning id, recipient, occurrence_at, state;
 -- name: series_state
 -- The recipient's place in a recurring series: its last occurrence in the current generation.
 select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.generation,
@@ -179,25 +150,7 @@ from schedules s
 join kinds k on k.name = s.kind
 join schedule_recipients r on r.schedule_id = s.id and r.recipient = %(recipient)s
 where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
--- name: opt_out_add
-insert into opt_outs (tenant, recipient, channel, created_at)
-values (%(tenant)s, %(recipient)s, %(channel)s, %(now)s)
-on conflict do nothing;
-
--- name: opt_out_remove
-delete from opt_outs where tenant = %(tenant)s and recipient = %(recipient)s
-  and channel = %(channel)s;
-
--- name: deliveries_lock_recipient
--- An opt-out takes the row locks of the recipient's pending deliveries before it commits, so
--- an attempt start either commits before it or sees it.
-select id from deliveries
-where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s
-  and state in ('scheduled', 'leased', 'retrying')
-order by id
-for update;
 -- ---------------------------------------------------------------- scanner
-
 -- name: scanner_lock
 -- Scanners take turns for a whole tick (lease, publish, count): the in-flight budget is
 -- counted and spent by one at a time. A session lock: it is held across the publish.
@@ -465,13 +418,17 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        t.paused as tenant_paused,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
-       e.secret as endpoint_secret
+       e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
+       e.secret_ciphertext, e.secret_data_key, e.secret_key_id, e.next_secret_ciphertext,
+       e.next_secret_data_key, e.next_secret_key_id, e.overlap_until
 from deliveries d
 join schedules s on s.id = d.schedule_id
 join kinds k on k.name = s.kind
 join tenants t on t.id = d.tenant
 left join lateral (
-    select secret from endpoints
+    select id, tenant, secret, secret_ciphertext, secret_data_key, secret_key_id,
+           next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
+    from endpoints
     where d.channel = 'webhook' and url = d.destination and (tenant = d.tenant or tenant is null)
     order by tenant nulls last limit 1
 ) e on true
@@ -724,10 +681,42 @@ limit 50;
 delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
 returning id, tenant, url;
 
--- name: endpoint_rotate_secret
-update endpoints set secret = %(secret)s
-where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
-returning id, tenant, url;
+-- name: endpoint_lock
+-- One endpoint by URL and tenant (none: the shared one), locked for a change of its secrets.
+select id, tenant, url, secret, secret_ciphertext, secret_data_key, secret_key_id,
+       next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
+from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
+for no key update;
+
+-- name: endpoint_set_secrets
+-- Both secrets of one locked endpoint, sealed; the plaintext column is cleared.
+update endpoints set
+    secret = null, secret_ciphertext = %(ciphertext)s, secret_data_key = %(data_key)s,
+    secret_key_id = %(key_id)s, next_secret_ciphertext = %(next_ciphertext)s,
+    next_secret_data_key = %(next_data_key)s, next_secret_key_id = %(next_key_id)s,
+    overlap_until = %(overlap_until)s, updated_at = %(now)s
+where id = %(id)s
+returning id, tenant, url, overlap_until;
+
+-- name: endpoints_plaintext_batch
+-- Endpoints whose secret is still stored in plaintext (written before 0008 or by old code),
+-- oldest first, locked; rows another transaction holds wait for the next batch.
+select id, tenant, url, secret from endpoints where secret is not null
+order by id limit %(limit)s for no key update skip locked;
+
+-- name: endpoints_encrypt
+-- Seal a batch's plaintext secrets, each only if its plaintext is still the one sealed.
+update endpoints e set
+    secret = null, secret_ciphertext = r.ciphertext, secret_data_key = r.data_key,
+    secret_key_id = r.key_id, updated_at = %(now)s
+from unnest(%(ids)s::bigint[], %(secrets)s::text[], %(ciphertexts)s::bytea[],
+            %(data_keys)s::bytea[], %(key_ids)s::text[])
+    as r(id, secret, ciphertext, data_key, key_id)
+where e.id = r.id and e.id = any(%(ids)s::bigint[]) and e.secret = r.secret
+returning e.id;
+
+-- name: endpoints_plaintext_count
+select count(*) as n from endpoints where secret is not null;
 
 -- ---------------------------------------------------------------- operator reads (console)
 

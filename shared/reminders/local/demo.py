@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from reminders import db, operator, runtime, schedules
+from reminders import db, endpoints, operator, runtime, schedules
 from reminders.clock import FixedClock, iso, parse_instant
 from reminders.local import pipeline, stack
+from reminders.secret_box import SecretBox
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 HORIZON = timedelta(hours=2)  # the simulated window; later occurrences stay scheduled
@@ -35,10 +36,11 @@ def _stats(receiver_url: str) -> dict[str, Any]:
         return data
 
 
-def setup(conn: db.Connection, rcv: str, secret: str, now: datetime) -> list[Case]:
+def setup(conn: db.Connection, box: SecretBox, rcv: str, secret: str,
+          now: datetime) -> list[Case]:
     def hook(name: str, query: str = "") -> str:
         url = f"{rcv}/hooks/{name}{query}"
-        db.execute(conn, "endpoint_add", {"tenant": None, "url": url, "secret": secret})
+        endpoints.register(conn, box, tenant=None, url=url, secret=secret, now=now)
         return url
 
     schedules.set_kind(conn, name="trip-tomorrow", now=now, stale_after=timedelta(hours=1),
@@ -132,7 +134,9 @@ def main(*, json_output: bool = False) -> int:
     rt = runtime.from_env(env, clock=clock)
     conn = rt.connection()
     with db.transaction(conn):
-        cases = setup(conn, local.receiver_url, local.receiver_secret, clock.now())
+        assert rt.secret_box is not None
+        cases = setup(conn, rt.secret_box, local.receiver_url, local.receiver_secret,
+                      clock.now())
     # A message nobody can read: the consumer fails it, SQS dead-letters it after
     # maxReceiveCount tries, and the redrive function parks it with the reason.
     rt.deliveries.send_raw("{not json", {})

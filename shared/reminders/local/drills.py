@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from reminders import config, db, invariants, operator, schedules
+from reminders import config, db, endpoints, invariants, operator, schedules
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock, iso
 from reminders.db import migrate
@@ -51,7 +51,7 @@ from reminders.errors import RemindersError
 from reminders.local import pipeline, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.queue import Queue
-from reminders.runtime import Runtime, build_channels
+from reminders.runtime import Runtime, build_channels, secret_box
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 TICK = timedelta(minutes=1)
@@ -207,6 +207,7 @@ class Site:
                                             visibility_timeout=visibility_timeout,
                                             max_receive_count=max_receive_count)
             self._queue_urls = [self.queues.deliveries, self.queues.dlq, self.queues.parking]
+            self.secrets_key_id = stack.create_secrets_key(self.endpoint)
             self.receiver.start()
             self.rt = self.runtime()
         except BaseException:
@@ -221,7 +222,8 @@ class Site:
                "REMINDERS_DLQ_URL": self.queues.dlq,
                "REMINDERS_PARKING_QUEUE_URL": self.queues.parking,
                "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
-               "REMINDERS_EMAIL_SENDER": stack.SENDER}
+               "REMINDERS_EMAIL_SENDER": stack.SENDER,
+               "REMINDERS_SECRETS_KEY_ID": self.secrets_key_id}
         env.update({f"REMINDERS_{k.upper()}": str(v) for k, v in self.limits.items()})
         return env
 
@@ -236,7 +238,8 @@ class Site:
         return Runtime(settings=settings, clock=self.clock,
                        deliveries=Queue(sqs, self.queues.deliveries),
                        dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
-                       channels=build_channels(settings, client), rng=random.Random(7))
+                       channels=build_channels(settings, client), rng=random.Random(7),
+                       secret_box=secret_box(settings, client))
 
     @property
     def service(self) -> Runtime:
@@ -267,8 +270,10 @@ class Site:
 
     def hook(self, name: str, **script: Any) -> str:
         url = self.receiver.hook_url(name, **script)
-        db.execute(self.conn, "endpoint_add", {"tenant": None, "url": url,
-                                               "secret": self.receiver.secret})
+        box = self.service.secret_box
+        assert box is not None
+        endpoints.register(self.conn, box, tenant=None, url=url, secret=self.receiver.secret,
+                           now=self.clock.now())
         return url
 
     def schedule_batch(self, size: Size, *, slow: int = 0) -> Batch:

@@ -15,9 +15,13 @@ Endpoints are scripted by their URL, so a test can register one that misbehaves:
                                        byte every 50 ms (a receiver that never quite times out)
                  &dedup=0              behave like a receiver that ignores the key
 
-Every POST must carry a valid Standard Webhooks signature; a bad one is answered 401, counted in
-``bad_signatures`` and has no other effect. A 2xx answer is an *effect*, recorded once per
-``webhook-id``; a later 2xx for the same id is answered 200 again but counted in ``duplicates``.
+Every POST must carry a valid Standard Webhooks signature by one of the receiver's secrets
+(several during a rotation: ``accept(secret)`` adds one, ``--secret`` may be repeated); a bad one
+is answered 401, counted in ``bad_signatures`` and has no other effect. Which secrets signed each
+verified request is kept (``signers(key)``), so a test sees both signatures of a rotation's
+overlap present and valid, and the old one gone after it. A 2xx answer is an *effect*, recorded
+once per ``webhook-id``; a later 2xx for the same id is answered 200 again but counted in
+``duplicates``.
 
 ``GET /_stats`` returns the counters as JSON, ``GET /_payloads[?key=...]`` the bodies received,
 ``POST /_reset`` clears everything.
@@ -41,7 +45,7 @@ from types import FrameType, TracebackType
 from typing import Any, TypedDict
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from reminders.channels.signing import HEADER_ID, validate_secret, verify
+from reminders.channels.signing import HEADER_ID, validate_secret, verify_each
 from reminders.clock import Clock, SystemClock
 from reminders.errors import InvalidInput
 
@@ -98,12 +102,15 @@ class WebhookReceiver:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
+        also_accept: Sequence[str] = (),
         clock: Clock | None = None,
         tolerance_seconds: int | None = None,
         verbose: bool = False,
     ) -> None:
-        validate_secret(secret)
-        self.secret = secret
+        for one in (secret, *also_accept):
+            validate_secret(one)
+        self.secret = secret  # the first secret; ``secrets`` holds every one accepted
+        self.secrets: list[str] = [secret, *also_accept]
         self.host = host
         self._requested_port = port
         self.clock: Clock = clock or SystemClock()
@@ -197,6 +204,13 @@ class WebhookReceiver:
         query = f"?{urlencode(params, safe=',')}" if params else ""
         return f"{self.url}/hooks/{quote(name, safe='')}{query}"
 
+    def accept(self, secret: str) -> int:
+        """Accept signatures by another secret too (a rotation); returns its position."""
+        validate_secret(secret)
+        with self._lock:
+            self.secrets = [*self.secrets, secret]
+            return len(self.secrets) - 1
+
     # --- state -----------------------------------------------------------------------------
 
     def _clear(self) -> None:
@@ -205,6 +219,7 @@ class WebhookReceiver:
         self._ok_answers: Counter[str] = Counter()
         self._by_endpoint: Counter[str] = Counter()
         self._payloads: dict[str, list[Any]] = {}
+        self._signers: dict[str, list[tuple[int, ...]]] = {}
         self._duplicates = 0
         self._bad_signatures = 0
 
@@ -229,11 +244,18 @@ class WebhookReceiver:
             chosen = self._payloads if key is None else {key: self._payloads.get(key, [])}
             return {k: list(v) for k, v in chosen.items()}
 
+    def signers(self, key: str) -> list[tuple[int, ...]]:
+        """For each verified request with this webhook-id, in order: the positions in
+        ``secrets`` of the secrets whose signature it carried, valid."""
+        with self._lock:
+            return list(self._signers.get(key, []))
+
     def _record_bad_signature(self) -> None:
         with self._lock:
             self._bad_signatures += 1
 
-    def _record(self, endpoint: str, key: str, body: bytes, script: _Script) -> int:
+    def _record(self, endpoint: str, key: str, body: bytes, script: _Script,
+                signers: tuple[int, ...] = ()) -> int:
         """Count a verified request and decide its answer; a 2xx answer is the effect."""
         try:
             payload: Any = json.loads(body)
@@ -244,6 +266,7 @@ class WebhookReceiver:
             self._by_endpoint[endpoint] += 1
             self._requests[key] += 1
             self._payloads.setdefault(key, []).append(payload)
+            self._signers.setdefault(key, []).append(signers)
             if 200 <= code < 300:
                 self._ok_answers[key] += 1
                 if script.dedup and self._effects[key] > 0:
@@ -339,9 +362,11 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 return
             body = self.rfile.read(length)
             headers = {name.lower(): value for name, value in self.headers.items()}
+            with receiver._lock:
+                secrets = list(receiver.secrets)
             try:
-                verify(
-                    receiver.secret,
+                signers = verify_each(
+                    secrets,
                     headers,
                     body,
                     receiver.tolerance_seconds,
@@ -356,7 +381,7 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
             except InvalidInput as exc:
                 self._answer(400, {"error": str(exc)})
                 return
-            code = receiver._record(endpoint, headers[HEADER_ID], body, script)
+            code = receiver._record(endpoint, headers[HEADER_ID], body, script, signers)
             if script.delay:
                 receiver._stopping.wait(script.delay)
             extra: dict[str, str] = {}
@@ -379,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m reminders.local.receiver",
         description="Local webhook receiver: verifies signatures, counts effects per key.",
     )
-    parser.add_argument("--secret", required=True, help="signing secret (whsec_...)")
+    parser.add_argument("--secret", required=True, action="append",
+                        help="signing secret (whsec_...); repeat it to accept several")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument(
@@ -389,9 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         receiver = WebhookReceiver(
-            args.secret,
+            args.secret[0],
             args.host,
             args.port,
+            also_accept=args.secret[1:],
             tolerance_seconds=args.tolerance,
             verbose=args.verbose,
         )

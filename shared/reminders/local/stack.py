@@ -49,10 +49,12 @@ class LocalStack:
     receiver_secret: str
     pgdata: str
     pids: dict[str, int]
+    secrets_key_id: str = ""  # the KMS key (in moto) webhook secrets are sealed with
 
     def env(self) -> dict[str, str]:
         """The settings every command and handler reads, pointing at this stack."""
-        return {**AWS_TEST_ENV,
+        key = {"REMINDERS_SECRETS_KEY_ID": self.secrets_key_id} if self.secrets_key_id else {}
+        return {**AWS_TEST_ENV, **key,
                 "DATABASE_URL": self.database_url,
                 "AWS_ENDPOINT_URL": self.endpoint_url,
                 "REMINDERS_QUEUE_URL": self.queues["deliveries"],
@@ -262,6 +264,15 @@ def prepare_aws(endpoint_url: str, prefix: str = "reminders", *, visibility_time
     return urls
 
 
+def create_secrets_key(endpoint_url: str) -> str:
+    """A KMS key in moto for sealing webhook secrets, as the deployed stack has one; its ARN."""
+    kms = aws_client("kms", endpoint_url)
+    key = kms.create_key(Description="reminders webhook signing secrets (local)",
+                         KeyUsage="ENCRYPT_DECRYPT", KeySpec="SYMMETRIC_DEFAULT")
+    arn: str = key["KeyMetadata"]["Arn"]
+    return arn
+
+
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
@@ -394,6 +405,9 @@ def start(*, visibility_timeout: int = 2,
         for proc, probe in spawned:
             _wait_server(proc, probe)
         queues = old.queues if old else {}
+        secrets_key = old.secrets_key_id if old else ""
+        if moto_why or not secrets_key:
+            secrets_key = create_secrets_key(endpoint)
         if moto_why:
             urls = prepare_aws(endpoint, visibility_timeout=visibility_timeout,
                                max_receive_count=max_receive_count)
@@ -406,14 +420,16 @@ def start(*, visibility_timeout: int = 2,
         if moto_why:
             moved = "" if endpoint == old.endpoint_url else ", on a new port"
             restarted["moto"] = (f"restarted moto: it {moto_why} (its queues were created "
-                                 f"again, empty{moved})")
+                                 f"again, empty{moved}; so was its KMS key, so register the "
+                                 "webhook endpoints again: the secrets sealed with the old key "
+                                 "cannot be opened)")
         if receiver_why:
             moved = "" if receiver_url == old.receiver_url else ", a new port"
             restarted["receiver"] = (f"restarted the webhook receiver: it {receiver_why} "
                                      f"(same secret{moved}; its counts start from zero)")
     stack = LocalStack(database_url=url, endpoint_url=endpoint, region=REGION, queues=queues,
                        receiver_url=receiver_url, receiver_secret=secret, pgdata=str(pgdata),
-                       pids=pids)
+                       pids=pids, secrets_key_id=secrets_key)
     if stack != old:
         state.write_text(json.dumps(stack.as_json(), indent=2))
     return stack, restarted
