@@ -55,6 +55,13 @@ RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
 }
 
 
+# operatorAccess values: the operations function alone, or with an SSM port-forward instance.
+OPERATOR_ACCESS = ("", "bastion")
+# The command line waits 30 s longer than this for the operations function's answer.
+MAX_OPS_TIMEOUT_SECONDS = 300
+# The operations function is named "{stackName}-ops" (Lambda allows 64 characters).
+MAX_STACK_NAME_FOR_FUNCTION = 60
+
 # Zones used when ``availabilityZones`` is not given: the first ones Fn::GetAZs returns.
 DEFAULT_ZONE_COUNT = 2
 # Where the CDK CLI puts the account and region of the caller's credentials and configuration.
@@ -118,6 +125,8 @@ class Settings:
 
     # database
     db_name: str = "reminders"
+    # The schema the service's tables live in (REMINDERS_DB_SCHEMA in every function).
+    db_schema: str = "reminders"
     db_instance_class: str = "t4g.small"
     db_allocated_storage_gib: int = 20
     db_max_allocated_storage_gib: int = 100
@@ -126,6 +135,23 @@ class Settings:
     db_deletion_protection: bool = True
     db_rotation_days: int = 30
     db_connection_budget: int = 40
+
+    # bring your own database: with existingDbHost set, no VPC, RDS instance or proxy is
+    # created; the functions join the given VPC and subnets and log in to that Postgres.
+    existing_db_host: str = ""
+    existing_db_port: int = 5432
+    existing_db_secret_arn: str = ""  # username/password JSON of a role that may run DDL
+    existing_db_sslmode: str = "verify-full"
+    existing_vpc_id: str = ""
+    existing_subnet_ids: tuple[str, ...] = ()
+    # The functions' security group; empty: the stack creates one (output
+    # DatabaseClientSecurityGroupId) for the database's inbound rules.
+    existing_security_group_id: str = ""
+
+    # operator access: "" (the operations function only) or "bastion" (an SSM-managed
+    # instance for port-forwarding to the proxy as well)
+    operator_access: str = ""
+    ops_timeout_seconds: int = 120
 
     # functions
     log_retention_days: int = 30
@@ -176,6 +202,11 @@ class Settings:
     unknown_alarm_threshold: int = 1
     dead_alarm_threshold: int = 1
     failed_alarm_threshold: int = 10
+
+    @property
+    def existing_database(self) -> bool:
+        """Bring your own database: deploy against ``existingDbHost`` instead of RDS."""
+        return bool(self.existing_db_host)
 
     @property
     def azs(self) -> list[str]:
@@ -268,7 +299,66 @@ class Settings:
             if threshold < 1:
                 raise SettingsError(f"{name} must be at least 1")
         self._validate_throughput()
+        self._validate_access()
         return self
+
+    def _validate_access(self) -> None:
+        """Operator access, the schema, and bringing your own database."""
+        import re
+
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", self.db_schema):
+            raise SettingsError(f"dbSchema must be a lower-case Postgres name (a-z, 0-9, _; at "
+                                f"most 63), got {self.db_schema!r}")
+        if self.operator_access not in OPERATOR_ACCESS:
+            raise SettingsError(f"operatorAccess must be one of "
+                                f"{', '.join(repr(a) for a in OPERATOR_ACCESS)}, got "
+                                f"{self.operator_access!r}")
+        if not 10 <= self.ops_timeout_seconds <= MAX_OPS_TIMEOUT_SECONDS:
+            raise SettingsError(f"opsTimeoutSeconds must be between 10 and "
+                                f"{MAX_OPS_TIMEOUT_SECONDS} (the command line waits "
+                                f"{MAX_OPS_TIMEOUT_SECONDS + 30} s), got "
+                                f"{self.ops_timeout_seconds}")
+        if len(self.stack_name) > MAX_STACK_NAME_FOR_FUNCTION:
+            raise SettingsError(f"stackName must be at most {MAX_STACK_NAME_FOR_FUNCTION} "
+                                "characters (the operations function is named STACK-ops)")
+        byo = {
+            "existingVpcId": self.existing_vpc_id,
+            "existingSubnetIds": self.existing_subnet_ids,
+            "existingDbSecretArn": self.existing_db_secret_arn,
+        }
+        if not self.existing_database:
+            given = [name for name, value in {**byo, "existingSecurityGroupId":
+                                              self.existing_security_group_id}.items() if value]
+            if given:
+                raise SettingsError(f"{given[0]} applies only with existingDbHost (bring your "
+                                    "own database)")
+            return
+        missing = [name for name, value in byo.items() if not value]
+        if missing:
+            raise SettingsError(f"existingDbHost needs {', '.join(missing)} as well")
+        if not re.fullmatch(r"vpc-[0-9a-f]{8,17}", self.existing_vpc_id):
+            raise SettingsError(f"existingVpcId must look like vpc-0123456789abcdef0, got "
+                                f"{self.existing_vpc_id!r}")
+        for subnet in self.existing_subnet_ids:
+            if not re.fullmatch(r"subnet-[0-9a-f]{8,17}", subnet):
+                raise SettingsError(f"existingSubnetIds: {subnet!r} is not a subnet id")
+        if self.existing_security_group_id and not re.fullmatch(
+                r"sg-[0-9a-f]{8,17}", self.existing_security_group_id):
+            raise SettingsError(f"existingSecurityGroupId must look like sg-0123456789abcdef0, "
+                                f"got {self.existing_security_group_id!r}")
+        if not self.existing_db_secret_arn.startswith("arn:") or \
+                ":secretsmanager:" not in self.existing_db_secret_arn:
+            raise SettingsError("existingDbSecretArn must be a Secrets Manager secret ARN, got "
+                                f"{self.existing_db_secret_arn!r}")
+        if not 1 <= self.existing_db_port <= 65_535:
+            raise SettingsError(f"existingDbPort must be 1..65535, got {self.existing_db_port}")
+        if self.existing_db_sslmode not in ("verify-full", "verify-ca", "require"):
+            raise SettingsError("existingDbSslmode must be verify-full, verify-ca or require, "
+                                f"got {self.existing_db_sslmode!r}")
+        if self.operator_access == "bastion":
+            raise SettingsError("operatorAccess=bastion creates an instance in the stack's own "
+                                "VPC; with existingDbHost, reach your database the way your "
+                                "VPC already allows (the operations function works either way)")
 
     def _validate_throughput(self) -> None:
         """The consumer, scanner and queue settings that must agree with each other."""

@@ -7,7 +7,8 @@ from typing import Any
 from aws_cdk import CfnOutput, Environment, Fn, Stack
 from constructs import Construct
 
-from infra.constructs.database import Database
+from infra.constructs.access import PortForwardHost
+from infra.constructs.database import Database, ExistingDatabase
 from infra.constructs.functions import Functions
 from infra.constructs.migrations import Migrations
 from infra.constructs.monitoring import Monitoring
@@ -33,7 +34,11 @@ class RemindersStack(Stack):
         )
         self.settings = settings
         self.network = Network(self, "Network", settings=settings)
-        self.database = Database(self, "Database", settings=settings, network=self.network)
+        self.database: Database | ExistingDatabase = (
+            ExistingDatabase(self, "Database", settings=settings, network=self.network)
+            if settings.existing_database
+            else Database(self, "Database", settings=settings, network=self.network)
+        )
         self.queues = Queues(self, "Queues", settings=settings)
         self.functions = Functions(
             self,
@@ -53,6 +58,7 @@ class RemindersStack(Stack):
             settings=settings,
             migrate=self.functions.migrate,
             app_secret_arn=self.database.app_secret.secret_arn,
+            schema=settings.db_schema,
             after=self.database.proxy,
         )
         # New code never runs against the old schema: the functions that serve traffic (and
@@ -80,7 +86,13 @@ class RemindersStack(Stack):
             schedule=self.schedule.rule,
             rotation_functions=self.database.rotation_functions,
         )
-        if settings.db_deletion_protection:
+        self.port_forward: PortForwardHost | None = None
+        if settings.operator_access == "bastion":
+            assert isinstance(self.database, Database)
+            self.port_forward = PortForwardHost(
+                self, "PortForward", network=self.network, database=self.database
+            )
+        if settings.db_deletion_protection and self.database.instance is not None:
             # After every construct of the stack, CDK's own providers included.
             everything_else = list(self.node.children)
             self.protection: DeletionProtection | None = DeletionProtection(
@@ -110,8 +122,31 @@ class RemindersStack(Stack):
         for name, queue in queues.items():
             CfnOutput(self, f"{name}QueueUrl", value=queue.queue_url)
             CfnOutput(self, f"{name}QueueArn", value=queue.queue_arn)
-        CfnOutput(self, "ProxyEndpoint", value=self.database.endpoint)
+        if self.database.proxy is not None:
+            CfnOutput(self, "ProxyEndpoint", value=self.database.endpoint)
+        else:
+            CfnOutput(self, "DatabaseEndpoint", value=self.database.endpoint)
+            CfnOutput(
+                self,
+                "DatabaseClientSecurityGroupId",
+                value=self.network.function_security_group.security_group_id,
+                description="Allow this group on your database's Postgres port",
+            )
         CfnOutput(self, "DatabaseSecretArn", value=self.database.secret.secret_arn)
+        CfnOutput(
+            self,
+            "OpsFunctionName",
+            value=self.functions.ops.function_name,
+            description="reminders --stack NAME invokes it (lambda:InvokeFunction)",
+        )
+        if self.port_forward is not None:
+            CfnOutput(
+                self,
+                "PortForwardInstanceId",
+                value=self.port_forward.instance.instance_id,
+                description="aws ssm start-session --target this --document-name "
+                "AWS-StartPortForwardingSessionToRemoteHost",
+            )
         CfnOutput(self, "AppDatabaseSecretArn", value=self.database.app_secret.secret_arn)
         CfnOutput(
             self,

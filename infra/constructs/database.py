@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import jsii
 from aws_cdk import Duration, Names, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -40,6 +43,13 @@ def rotation_function_name(rotation: secretsmanager.SecretRotation) -> str:
 
 class Database(Construct):
     """The authority: one PostgreSQL instance, reached by functions only through the proxy."""
+
+    instance: rds.DatabaseInstance | None
+    proxy: rds.DatabaseProxy | None
+    proxy_security_group: ec2.SecurityGroup | None
+    secret: secretsmanager.ISecret
+    app_secret: secretsmanager.ISecret
+    port: int = PORT
 
     def __init__(
         self, scope: Construct, construct_id: str, *, settings: Settings, network: Network
@@ -211,3 +221,81 @@ class Database(Construct):
             else "Deletion protection was switched off for this deployment with "
             "-c dbDeletionProtection=false (a disposable environment).",
         )
+
+
+class ExistingDatabase(Construct):
+    """Bring your own database: Postgres at ``existingDbHost``, no instance and no proxy.
+
+    The given secret (``existingDbSecretArn``: a role that may create the schema and roles)
+    serves the migrations only, as the master's does; the application role's login is a new
+    secret, created and rotated here, with the host, port and name the rotation function needs.
+    """
+
+    instance = None
+    proxy = None
+    proxy_security_group = None
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: Settings, network: Network
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.name = settings.db_name
+        self.port = settings.existing_db_port
+        self.endpoint = settings.existing_db_host
+        self.secret = secretsmanager.Secret.from_secret_complete_arn(
+            self, "Secret", settings.existing_db_secret_arn
+        )
+        app_secret = secretsmanager.Secret(
+            self,
+            "AppSecret",
+            description="Reminders application role (scanner, consumer, redrive, ops)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                secret_string_template=json.dumps(
+                    {
+                        "engine": "postgres",
+                        "host": settings.existing_db_host,
+                        "port": settings.existing_db_port,
+                        "dbname": settings.db_name,
+                        "username": APP_USERNAME,
+                    }
+                ),
+                generate_string_key="password",
+                exclude_characters=PASSWORD_EXCLUDE_CHARACTERS,
+            ),
+        )
+        self.app_secret = app_secret
+        # The rotation function runs with the functions' security group, which the database
+        # already admits; so the target's own connections add no rule.
+        self.app_rotation = secretsmanager.SecretRotation(
+            self,
+            "AppSecretRotation",
+            application=secretsmanager.SecretRotationApplication.POSTGRES_ROTATION_SINGLE_USER,
+            secret=app_secret,
+            target=_NoConnections(settings.existing_db_port),
+            vpc=network.vpc,
+            vpc_subnets=network.private_subnets,
+            security_group=network.function_security_group,
+            automatically_after=Duration.days(settings.db_rotation_days),
+            exclude_characters=PASSWORD_EXCLUDE_CHARACTERS,
+        )
+        schedules = [
+            child
+            for child in app_secret.node.children
+            if isinstance(child, secretsmanager.RotationSchedule)
+        ]
+        assert len(schedules) == 1, schedules
+        self.app_rotation_schedule = schedules[0]
+        self.rotation_functions = {"App": rotation_function_name(self.app_rotation)}
+
+
+@jsii.implements(ec2.IConnectable)
+class _NoConnections:
+    """A rotation target whose connections hold no security group: the database is not the
+    stack's, so no rule is added to it (its owner admits the functions' group)."""
+
+    def __init__(self, port: int) -> None:
+        self._connections = ec2.Connections(default_port=ec2.Port.tcp(port))
+
+    @property
+    def connections(self) -> ec2.Connections:
+        return self._connections

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from aws_cdk import Duration, Names, RemovalPolicy, Stack
+from aws_cdk import Aws, Duration, Fn, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
@@ -14,13 +14,15 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.constructs.database import Database
+from infra.constructs.database import Database, ExistingDatabase
 from infra.constructs.network import Network
 from infra.constructs.queues import Queues
 from infra.layer import STAMP_NAME, build_layer, stage_code
 from infra.nag import acknowledge
 from infra.settings import Settings, SettingsError, retention_days
 
+# One operator command at a time (functions/ops).
+OPS_CONCURRENCY = 1
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 SERVICE_NAME = "reminders"
@@ -62,6 +64,7 @@ class FunctionDefaults:
         reserved_concurrency: int | None = None,
         async_retry_attempts: int | None = None,
         async_max_event_age: Duration | None = None,
+        function_name: str | None = None,
     ) -> lambda_.Function:
         construct_id = name.capitalize()
         log_group = logs.LogGroup(
@@ -109,6 +112,7 @@ class FunctionDefaults:
             reserved_concurrent_executions=reserved_concurrency,
             retry_attempts=async_retry_attempts,
             max_event_age=async_max_event_age,
+            function_name=function_name,
         )
         return function
 
@@ -123,7 +127,7 @@ class Functions(Construct):
         *,
         settings: Settings,
         network: Network,
-        database: Database,
+        database: Database | ExistingDatabase,
         queues: Queues,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -182,11 +186,32 @@ class Functions(Construct):
             timeout_seconds=settings.migrate_timeout_seconds,
             subnets=network.private_subnets,
         )
+        # Operator commands from `reminders --stack` (functions/ops): the application role,
+        # one instance at a time. Its connection lives for one invocation; it shares migrate's
+        # place in the connection budget (migrate runs only during a deploy).
+        self.ops = defaults.create(
+            "ops",
+            description="Runs reminders operator commands (status, show, list, reconcile, "
+            "cancel, tenants) for IAM callers",
+            timeout_seconds=settings.ops_timeout_seconds,
+            subnets=network.private_subnets,
+            environment={
+                **service_environment(settings),
+                **app_login,
+                "REMINDERS_STS_ENDPOINT": Fn.join(
+                    "", ["https://sts.", Aws.REGION, ".", Aws.URL_SUFFIX]
+                ),
+            },
+            reserved_concurrency=OPS_CONCURRENCY,
+            async_retry_attempts=0,
+            function_name=f"{settings.stack_name}-ops",
+        )
         self.all = {
             "scanner": self.scanner,
             "consumer": self.consumer,
             "redrive": self.redrive,
             "migrate": self.migrate,
+            "ops": self.ops,
         }
 
         check_visibility(queues.deliveries, self.consumer)
@@ -198,6 +223,7 @@ class Functions(Construct):
             "scanner": self.scanner,
             "consumer": self.consumer,
             "redrive": self.redrive,
+            "ops": self.ops,
         }
         for function in self.service_functions.values():
             _grant_secret_value(function, database.app_secret)
@@ -209,6 +235,18 @@ class Functions(Construct):
                 sid="PublishDeliveries",
                 actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
                 resources=[queues.deliveries.queue_arn],
+            )
+        )
+        # `status` shows the queues' counts beside Postgres' (reminders.queue.Queue.counts).
+        self.ops.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="ReadQueueDepths",
+                actions=["sqs:GetQueueAttributes"],
+                resources=[
+                    queues.deliveries.queue_arn,
+                    queues.dead_letter.queue_arn,
+                    queues.parking.queue_arn,
+                ],
             )
         )
         self.redrive.add_to_role_policy(
@@ -296,14 +334,22 @@ def _grant_secret_value(
     )
 
 
-def environment(settings: Settings, database: Database, queues: Queues) -> dict[str, str]:
+def environment(
+    settings: Settings, database: Database | ExistingDatabase, queues: Queues
+) -> dict[str, str]:
     """The settings every function reads at cold start; each adds its own below."""
     return {
         "REMINDERS_DB_HOST": database.endpoint,
+        "REMINDERS_DB_PORT": str(database.port),
         "REMINDERS_DB_NAME": database.name,
+        # The schema the service's tables live in: the migrations create it, every session
+        # sets its search_path to it.
+        "REMINDERS_DB_SCHEMA": settings.db_schema,
         # The master credentials; scanner, consumer and redrive replace it with the app role's.
         "REMINDERS_DB_SECRET_ARN": database.secret.secret_arn,
-        "REMINDERS_DB_SSLMODE": "verify-full",
+        "REMINDERS_DB_SSLMODE": settings.existing_db_sslmode
+        if settings.existing_database
+        else "verify-full",
         # RDS Proxy pins sessions that use prepared statements; psycopg must not prepare.
         "REMINDERS_DB_PREPARE": "off",
         "REMINDERS_QUEUE_URL": queues.deliveries.queue_url,

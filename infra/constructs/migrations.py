@@ -36,7 +36,8 @@ class Migrations(Construct):
         settings: Settings,
         migrate: lambda_.IFunction,
         app_secret_arn: str,
-        after: IDependable,
+        schema: str,
+        after: IDependable | None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.provider = cr.Provider(
@@ -54,10 +55,17 @@ class Migrations(Construct):
             resource_type="Custom::RemindersMigrations",
             # AppSecretArn: the application role's login, which the migrate function creates
             # (or re-grants) after the migrations; a new secret re-runs it.
-            properties={"Fingerprint": migrations_fingerprint(), "AppSecretArn": app_secret_arn},
+            # Schema: REMINDERS_DB_SCHEMA, where the migrations put the tables; a new one
+            # re-runs them.
+            properties={
+                "Fingerprint": migrations_fingerprint(),
+                "AppSecretArn": app_secret_arn,
+                "Schema": schema,
+            },
         )
         # Wait until the proxy and its target group exist: migrate connects through them.
-        self.resource.node.add_dependency(after)
+        if after is not None:
+            self.resource.node.add_dependency(after)
         acknowledge(
             self.provider,
             "AwsSolutions-IAM4",

@@ -16,7 +16,8 @@ EGRESS_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGR
 
 # Every AWS API a function calls from inside the VPC, reached without the internet: SQS
 # (scanner, redrive), Secrets Manager (every function and the rotation functions), SES, SNS and
-# KMS (consumer: it unwraps the data keys of the webhook signing secrets). Nothing calls
+# KMS (consumer: it unwraps the data keys of the webhook signing secrets), STS (the operations
+# function proves its caller). Nothing calls
 # CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
 # stdout, logs go through the Lambda service, and trace segments go to the X-Ray daemon Lambda
 # runs beside the function; so those endpoints would only cost money.
@@ -26,6 +27,9 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "Ses": ec2.InterfaceVpcEndpointAwsService.EMAIL,
     "Sns": ec2.InterfaceVpcEndpointAwsService.SNS,
     "Kms": ec2.InterfaceVpcEndpointAwsService.KMS,
+    # The operations function sends the caller's presigned GetCallerIdentity to STS to learn
+    # who invoked it (reminders.identity).
+    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
 }
 
 
@@ -37,8 +41,17 @@ class Network(Construct):
     that reach AWS only through the interface endpoints.
     """
 
+    vpc: ec2.IVpc
+    function_security_group: ec2.ISecurityGroup
+    endpoints: dict[str, ec2.InterfaceVpcEndpoint]
+    private_subnets: ec2.SubnetSelection
+    consumer_subnets: ec2.SubnetSelection
+
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings) -> None:
         super().__init__(scope, construct_id)
+        if settings.existing_database:
+            self._existing(settings)
+            return
         subnets = [
             ec2.SubnetConfiguration(
                 name="isolated", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=22
@@ -100,7 +113,7 @@ class Network(Construct):
         self.endpoint_security_group.add_ingress_rule(
             ec2.Peer.ipv4(VPC_CIDR), ec2.Port.tcp(443), "HTTPS from the VPC"
         )
-        self.endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {
+        self.endpoints = {
             name: self.vpc.add_interface_endpoint(
                 f"{name}Endpoint",
                 service=service,
@@ -111,3 +124,42 @@ class Network(Construct):
             )
             for name, service in INTERFACE_ENDPOINTS.items()
         }
+
+    def _existing(self, settings: Settings) -> None:
+        """Bring your own database: the given VPC and subnets, imported by id (no lookup, so
+        synth needs no credentials). Nothing is created in that VPC but the functions'
+        security group (unless one is given): its subnets reach SQS, Secrets Manager, SES, SNS,
+        KMS and STS through its own NAT or endpoints."""
+        subnet_ids = list(settings.existing_subnet_ids)
+        zones = settings.azs or [f"zone-of-{subnet}" for subnet in subnet_ids]
+        self.vpc = ec2.Vpc.from_vpc_attributes(
+            self,
+            "Vpc",
+            vpc_id=settings.existing_vpc_id,
+            availability_zones=zones[: len(subnet_ids)],
+            private_subnet_ids=subnet_ids,
+        )
+        selection = ec2.SubnetSelection(
+            subnets=[
+                ec2.Subnet.from_subnet_id(self, f"Subnet{index}", subnet_id)
+                for index, subnet_id in enumerate(subnet_ids)
+            ]
+        )
+        self.private_subnets = selection
+        self.consumer_subnets = selection
+        self.endpoints = {}
+        if settings.existing_security_group_id:
+            self.function_security_group = ec2.SecurityGroup.from_security_group_id(
+                self,
+                "FunctionsSecurityGroup",
+                settings.existing_security_group_id,
+                mutable=False,
+            )
+        else:
+            self.function_security_group = ec2.SecurityGroup(
+                self,
+                "FunctionsSecurityGroup",
+                vpc=self.vpc,
+                description="Reminders functions: allow this group inbound on the database port",
+                allow_all_outbound=True,
+            )

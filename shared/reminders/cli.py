@@ -19,12 +19,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from reminders.errors import InvalidInput, NotFound, RemindersError
+from reminders.errors import InvalidInput, NotFound
+from reminders.outcome import (
+    EXIT_NOT_DONE,
+    EXIT_OK,
+    EXIT_PARTIAL_FAILURE,
+    Outcome,
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
 STATES_FOR_CLI = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale",
                   "unknown", "dead")
+# operator_commands.BULK_STATES, named here so the parser does not import the database layer.
+BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,14 +52,6 @@ def _did_you_mean(message: str) -> str:
     close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
-
-EXIT_OK = 0
-EXIT_NOT_DONE = 1  # `work`: the queues did not empty in time; `drill`: a violation found
-EXIT_USAGE = 2  # a bad argument, bad input, a missing or malformed setting
-EXIT_NOT_FOUND = 3  # the key, schedule, tenant or endpoint named does not exist
-EXIT_PARTIAL_FAILURE = 4  # `work`: some records failed; `status`: the queues did not answer
-EXIT_UNAVAILABLE = 5  # Postgres or AWS could not be reached
-EXIT_CONFLICT = 6  # another transaction held the rows; trying again can succeed
 
 EXIT_STATUSES = (
     "exit status: 0 success; 1 not done within the bounds; 2 bad input or usage; 3 not found; "
@@ -94,21 +94,9 @@ def parse_duration(text: str, name: str) -> timedelta | None:
 
 def _instant(text: str, flag: str) -> Any:
     """An ISO-8601 instant with an offset, in UTC, refused (not crashed on) when out of range."""
-    from datetime import UTC
+    from reminders.operator_commands import instant
 
-    from reminders.clock import parse_instant
-
-    try:
-        value = parse_instant(text, flag).astimezone(UTC)
-    except OverflowError:
-        raise InvalidInput(f"{flag}: out of range: {text!r}") from None
-    if value.year >= _LAST_YEAR:  # room for any duration (at most 3650 days) to be added
-        raise InvalidInput(f"{flag}: out of range: {text!r} "
-                           f"(the latest year accepted is {_LAST_YEAR - 1})")
-    return value
-
-
-_LAST_YEAR = 9980
+    return instant(text, flag)
 
 
 def _count(flag: str, low: int = 1, high: int = 10_000) -> Callable[[str], int]:
@@ -135,14 +123,11 @@ def _seconds(text: str) -> float:
     return value
 
 
-_BAD_CHARS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a line break"}
-
-
 def _plain_text(value: str, flag: str) -> str:
-    for ch, what in _BAD_CHARS.items():
-        if ch in value:
-            raise InvalidInput(f"{flag}: contains {what}: {value[:40]!r}")
-    return value
+    """One line of text, or InvalidInput naming ``flag`` (``operator_commands.plain_text``)."""
+    from reminders.operator_commands import plain_text
+
+    return plain_text(value, flag)
 
 
 # ---------------------------------------------------------------- environment
@@ -738,24 +723,15 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _resolve_tenant(conn: Any, key: str, tenant: str | None) -> str:
-    if tenant:
-        return tenant
-    from reminders import db
+    from reminders.operator_commands import resolve_tenant
 
-    rows = db.fetch_all(conn, "schedule_tenants_for_key", {"key": key})
-    tenants = sorted({r["tenant"] for r in rows})
-    if not tenants:
-        raise NotFound(f"no schedule or delivery with key {key!r}")
-    if len(tenants) > 1:
-        raise InvalidInput(f"key {key!r} exists for tenants {', '.join(tenants)}; pass --tenant")
-    return str(tenants[0])
+    return resolve_tenant(conn, key, tenant)
 
 
 def _schedule_key(conn: Any, key: str, tenant: str) -> str:
-    from reminders import db
+    from reminders.operator_commands import schedule_key
 
-    row = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
-    return str(row["schedule_key"]) if row else key
+    return schedule_key(conn, key, tenant)
 
 
 def _unchanged(current: Any, at: Any, revision: str | None, recurrence: Any) -> bool:
@@ -811,35 +787,7 @@ def cmd_reschedule(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from reminders import db, schedules
-    from reminders.clock import iso
-
-    with _conn() as conn:
-        tenant = _resolve_tenant(conn, args.key, args.tenant)
-        key = _schedule_key(conn, args.key, tenant)
-        current = db.fetch_one(conn, "schedule_get", {"tenant": tenant, "schedule_key": key})
-        if args.dry_run:
-            pending = [r for r in db.fetch_all(conn, "deliveries_of_schedule",
-                                               {"key": key, "tenant": tenant})
-                       if r["state"] in ("scheduled", "retrying", "leased")]
-            cancelled = current is not None and current["state"] == "cancelled"
-            emit(args, {"tenant": tenant, "schedule_key": key, "dry_run": True,
-                        "would_suppress": [r["delivery_key"] for r in pending]},
-                 f"{key} is already cancelled" if cancelled else
-                 f"cancelling {key} would suppress {len(pending)} pending deliveries" + "".join(
-                     f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
-                     for r in pending))
-            return 0
-        if current is not None and current["state"] == "cancelled":
-            n, changed = 0, False
-        else:
-            with db.transaction(conn):
-                n, changed = schedules.cancel(conn, tenant=tenant, key=key, now=_now()), True
-                _record(conn, args, "cancelled", "schedule", key, tenant)
-    emit(args, {"tenant": tenant, "schedule_key": key, "suppressed": n, "changed": changed},
-         f"cancelled {key}: {n} pending deliveries suppressed" if changed
-         else f"{key} was already cancelled: nothing changed")
-    return 0
+    return _operator(args, "cancel")
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
@@ -865,32 +813,11 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:
-    from reminders import operator
-
-    paused = args.action == "pause"
-    if args.reason is not None:
-        if not args.reason.strip():
-            raise InvalidInput("--reason: empty; say why, or leave --reason out")
-        _plain_text(args.reason, "--reason")
-    with _conn() as conn:
-        data = operator.set_tenant_paused(conn, tenant=args.tenant, paused=paused, now=_now(),
-                                          actor=operator.current_user(), reason=args.reason,
-                                          create=args.create)
-    emit(args, data, f"tenant {args.tenant} {'paused' if paused else 'resumed'}"
-         + ("" if data["changed"] else " (already)"))
-    return 0
+    return _operator(args, f"tenants {args.action}")
 
 
 def cmd_tenants_list(args: argparse.Namespace) -> int:
-    from reminders import operator
-    from reminders.cli_format import table
-
-    with _conn() as conn:
-        rows = operator.tenants(conn)
-    emit(args, rows, table(["tenant", "paused", "pending", "schedules"], [
-        (r["tenant"], r["paused"], r["pending"], r["schedules"]) for r in rows])
-         if rows else "no tenants")
-    return 0
+    return _operator(args, "tenants list")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -912,128 +839,118 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_once(args: argparse.Namespace) -> int:
-    from reminders import operator
-
-    with _conn() as conn:
-        data = operator.status(conn, now=_now(), tenant=args.tenant)
-    settings = _settings()
-    if settings.queues is not None:  # the transport's view beside the authority's
-        _aws_environment()
-        data.update(operator.queue_counts(settings))
-    emit(args, data, operator.status_text(data))
-    if data.get("queues_error"):
-        sys.stderr.write(f"reminders: status: queues unreachable: {data['queues_error']}\n")
-        return EXIT_PARTIAL_FAILURE
-    return 0
+    return _operator(args, "status")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from reminders import operator
-
-    with _conn() as conn:
-        tenant = _resolve_tenant(conn, args.key, args.tenant)
-        data = operator.show(conn, key=args.key, tenant=tenant)
-    emit(args, data, operator.show_text(data))
-    return 0
+    return _operator(args, "show")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from datetime import datetime
-
-    from reminders import operator
-    from reminders.cli_format import table
-
-    due_from = _instant(args.due_from, "--due-from") if args.due_from else None
-    due_to = _instant(args.due_to, "--due-to") if args.due_to else None
-    after: tuple[datetime, int] | None = None
-    if args.after:
-        stamp, _, ident = args.after.rpartition("/")
-        if not stamp or not ident.isdigit():
-            raise InvalidInput(f"--after: expected the cursor a previous page printed "
-                               f"(DUE/ID), got {args.after!r}")
-        after = (_instant(stamp, "--after"), int(ident))
-    page = operator.attention if args.attention else operator.deliveries
-    with _conn() as conn:
-        rows, more = page(
-            conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
-            channel=args.channel, recipient=args.recipient, due_from=due_from, due_to=due_to,
-            after=after)
-    cursor = f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None
-    for r in rows:
-        del r["id"]
-    if args.json:
-        print(_json_text(rows))
-        if cursor:
-            sys.stderr.write(f"reminders: list: more match; next page: --after {cursor}\n")
-        return 0
-    if not rows:
-        print(f"no {args.state} deliveries" if args.state else
-              "no parked deliveries match" if args.attention else "no deliveries match")
-        return 0
-    lines = [table(["due", "state", "tenant", "kind", "channel", "recipient", "tries",
-                    "delivery key", "reason"],
-                   [(r["due_at"], r["state"], r["tenant"], r["kind"], r["channel"],
-                     r["recipient"], r["attempts_made"], r["delivery_key"], r["reason"])
-                    for r in rows])]
-    if cursor:
-        lines.append(f"more match: next page with --after {cursor}")
-    print("\n".join(lines))
-    return 0
-
-
-_BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
-
-
-def cmd_reconcile_bulk(args: argparse.Namespace) -> int:
-    """Every parked delivery of a state in a tenant or kind (and a channel, recipient or due
-    range), at most --limit of them; --dry-run lists them and changes nothing. Each is recorded
-    as an operator event with the reason and who ran it (``operator.reconcile_bulk``, which
-    the console calls too)."""
-    from reminders import operator
-    from reminders.cli_format import table
-
-    due_from = _instant(args.due_from, "--due-from") if args.due_from else None
-    due_to = _instant(args.due_to, "--due-to") if args.due_to else None
-    with _conn() as conn:
-        data = operator.reconcile_bulk(
-            conn, state=args.state, target=args.as_, reason=args.reason, limit=args.limit,
-            now=_now(), actor=operator.current_user(), tenant=args.tenant, kind=args.kind,
-            channel=args.channel, recipient=args.recipient, due_from=due_from, due_to=due_to,
-            dry_run=args.dry_run)
-    done = data["would_reconcile"] if args.dry_run else data["reconciled"]
-    failed = data["failed"]
-    verb = "would reconcile" if args.dry_run else "reconciled"
-    text = f"{verb} {len(done)} {args.state} deliveries as {args.as_}" + (
-        f"; {len(failed)} refused" if failed else "") + (
-        f"; more match than --limit {args.limit}" if data["more"] else "")
-    if done:
-        text += "\n" + table(["delivery key", "tenant", "state", "reason"], [
-            (d["delivery_key"], d["tenant"], d["state"], d["reason"]) for d in done])
-    for f in failed:
-        text += f"\nrefused: {f['delivery_key']}: {f['error']}"
-    emit(args, data, text)
-    if failed:
-        sys.stderr.write(f"reminders: reconcile: partial failure: {len(failed)} of "
-                         f"{data['matched']} refused\n")
-        return EXIT_PARTIAL_FAILURE
-    return 0
+    return _operator(args, "list")
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from reminders import operator
+    return _operator(args, "reconcile")
 
-    if args.key is None:
-        return cmd_reconcile_bulk(args)
-    if (args.dry_run or args.state or args.kind or args.due_from or args.due_to
-            or args.channel or args.recipient):
-        raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
-                           "reconciling many deliveries: give them instead of a KEY")
+
+# ---------------------------------------------------------------- operator commands
+
+
+# The commands ``--stack`` runs through the operations function, and the arguments each sends
+# (the parser's names; the function refuses any other). ``drill`` is not among them: it starts
+# its own Postgres and moto and injects faults (kill -9, Postgres restarts) on one machine.
+REMOTE_COMMANDS: dict[str, tuple[str, ...]] = {
+    "status": ("tenant",),
+    "show": ("key", "tenant"),
+    "list": ("state", "attention", "tenant", "kind", "channel", "recipient", "due_from",
+             "due_to", "after", "limit"),
+    "reconcile": ("key", "tenant", "state", "kind", "channel", "recipient", "due_from",
+                  "due_to", "limit", "dry_run", "as", "reason"),
+    "cancel": ("key", "tenant", "dry_run", "reason"),
+    "tenants pause": ("tenant", "create", "reason"),
+    "tenants resume": ("tenant", "create", "reason"),
+    "tenants list": (),
+}
+
+
+def _operator(args: argparse.Namespace, command: str) -> int:
+    """Run an operator command against the local database, or with ``--stack`` through the
+    deployed stack's operations function; print and exit the same way either way."""
+    if getattr(args, "stack", None) or getattr(args, "ops_function", None):
+        from reminders import ops_client
+
+        arguments = {name: getattr(args, "as_" if name == "as" else name)
+                     for name in REMOTE_COMMANDS[command]}
+        outcome = ops_client.run_remote(command, arguments, stack=args.stack,
+                                        function_name=args.ops_function)
+    else:
+        outcome = _operator_local(args, command)
+    return _print_outcome(args, outcome)
+
+
+def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
+    """The command against the local database; a write is by the current user (REMINDERS_ACTOR
+    or the OS user), through the command line."""
+    from reminders import operator
+    from reminders import operator_commands as commands
+
     with _conn() as conn:
-        tenant = _resolve_tenant(conn, args.key, args.tenant)
-        data = operator.reconcile(conn, key=args.key, tenant=tenant, target=args.as_,
-                                  reason=args.reason, now=_now(), who=operator.current_user())
-    emit(args, data, f"{data['delivery_key']}: {data['state']} ({data['reason']})")
-    return 0
+        if command == "status":
+            return commands.status(conn, now=_now(), tenant=args.tenant,
+                                   queue_counts=_queue_counts())
+        if command == "show":
+            return commands.show(conn, key=args.key, tenant=args.tenant)
+        if command == "list":
+            return commands.list_deliveries(
+                conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
+                channel=args.channel, recipient=args.recipient, due_from=args.due_from,
+                due_to=args.due_to, after=args.after, attention=args.attention)
+        if command == "tenants list":
+            return commands.tenants_list(conn)
+        if command == "cancel":  # a dry run changes nothing and names no one
+            return commands.cancel(conn, now=_now(), key=args.key, tenant=args.tenant,
+                                   who=None if args.dry_run else operator.current_user(),
+                                   via="cli", reason=args.reason, dry_run=args.dry_run)
+        who = operator.current_user()
+        if command == "reconcile":
+            return commands.reconcile(
+                conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
+                reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
+                channel=args.channel, recipient=args.recipient, due_from=args.due_from,
+                due_to=args.due_to, limit=args.limit, dry_run=args.dry_run)
+        return commands.tenants_set(conn, now=_now(), tenant=args.tenant,
+                                    paused=args.action == "pause", who=who, via="cli",
+                                    reason=args.reason, create=args.create)
+
+
+def _queue_counts() -> Callable[[], dict[str, dict[str, int]]] | None:
+    """The transport's view beside the authority's, when queues are configured."""
+    settings = _settings()
+    if settings.queues is None:
+        return None
+    urls = settings.queues
+
+    def counts() -> dict[str, dict[str, int]]:
+        from reminders import aws
+        from reminders.queue import Queue
+
+        _aws_environment()
+        sqs = aws.client("sqs")
+        return {name: Queue(sqs, url).counts() for name, url in (
+            ("deliveries", urls.deliveries), ("dlq", urls.dlq), ("parking", urls.parking))}
+
+    return counts
+
+
+def _print_outcome(args: argparse.Namespace, outcome: Outcome) -> int:
+    emit(args, outcome.data, outcome.text)
+    notes = outcome.notes + (outcome.json_notes if getattr(args, "json", False) else [])
+    if notes:
+        sys.stdout.flush()
+    for note in notes:
+        sys.stderr.write(f"reminders: {note}\n")
+    return outcome.code
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
@@ -1178,8 +1095,9 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _reason_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reason", help="why, for the record (with who: the OS user, or "
-                                    "REMINDERS_ACTOR), e.g. --reason 'INC-1234'")
+    p.add_argument("--reason", help="why, for the record (with who: REMINDERS_ACTOR or the OS "
+                                    "user; with --stack, your IAM identity), e.g. --reason "
+                                    "'INC-1234'")
 
 
 def _record(conn: Any, args: argparse.Namespace, action: str, obj: str, name: str,
@@ -1209,6 +1127,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reminders", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true",
                         help="print the versions (as `reminders version`) and exit")
+    parser.add_argument("--stack", metavar="NAME",
+                        help="run the command in the deployed stack NAME (its operations "
+                             "function, with your AWS credentials): status, show, list, "
+                             "reconcile, cancel, tenants; e.g. `reminders --stack Reminders "
+                             "status`")
+    parser.add_argument("--ops-function", metavar="NAME",
+                        help="as --stack, naming the operations function itself (skips the "
+                             "CloudFormation lookup)")
     parser.epilog = EXIT_STATUSES
     sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 
@@ -1454,7 +1380,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "retry --reason 'endpoint fixed' --dry-run`.")
     p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
     p.add_argument("--tenant", help=_TENANT_HELP)
-    p.add_argument("--state", help=f"bulk: one of {', '.join(_BULK_STATES)}")
+    p.add_argument("--state", help=f"bulk: one of {', '.join(BULK_STATES)}")
     p.add_argument("--kind", help="bulk: only this kind")
     p.add_argument("--channel", choices=["webhook", "email", "sms"],
                    help="bulk: only this channel")
@@ -1553,7 +1479,9 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    from reminders.outcome import first_line
+
+    return first_line(exc)
 
 
 def _fail(code: int, line: str) -> int:
@@ -1572,32 +1500,9 @@ def _stdout_gone() -> None:
 
 def _exit_for(exc: BaseException) -> int:
     """One line on stderr and the exit status for an error; nothing but a line escapes."""
-    from reminders.errors import Conflict, DatabaseUnavailable, NotFound
-    from reminders.kms import KeyUnavailable
+    from reminders.outcome import error_line
 
-    if isinstance(exc, NotFound):
-        return _fail(EXIT_NOT_FOUND, str(exc))
-    if isinstance(exc, DatabaseUnavailable | KeyUnavailable):
-        return _fail(EXIT_UNAVAILABLE, str(exc))
-    if isinstance(exc, Conflict):
-        return _fail(EXIT_CONFLICT, f"{exc} (nothing was written; try again)")
-    if isinstance(exc, RemindersError):
-        return _fail(EXIT_USAGE, str(exc))
-    module = type(exc).__module__
-    if module.startswith("botocore") or module.startswith("urllib3"):
-        return _fail(EXIT_UNAVAILABLE, f"AWS: {_first_line(exc)}")
-    if module.startswith("psycopg"):
-        import psycopg
-
-        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-            return _fail(EXIT_UNAVAILABLE, f"Postgres: {_first_line(exc)}")
-        return _fail(EXIT_USAGE, f"Postgres refused the input: {_first_line(exc)}")
-    if isinstance(exc, OverflowError):
-        return _fail(EXIT_USAGE, "a date or number is out of range")
-    if isinstance(exc, OSError):
-        return _fail(EXIT_UNAVAILABLE, f"{type(exc).__name__}: {_first_line(exc)}")
-    return _fail(1, f"unexpected {type(exc).__name__}: {_first_line(exc)} "
-                    "(set REMINDERS_DEBUG=1 for the traceback)")
+    return _fail(*error_line(exc))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1610,6 +1515,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func, args.json = cmd_version, False
     elif args.command is None:
         parser.error("give a command, e.g. `reminders status`")
+    if (args.stack or args.ops_function) and args.command is not None:
+        command = str(args.command) + (f" {args.action}" if args.command == "tenants" else "")
+        if command not in REMOTE_COMMANDS:
+            parser.error(f"`{command}` does not run with --stack: it runs where the database "
+                         "is reachable (DATABASE_URL); through the operations function run "
+                         "status, show, list, reconcile, cancel and tenants pause|resume|list"
+                         + (" (drills run on one machine only)" if command == "drill" else ""))
     try:
         code: int = args.func(args)
         sys.stdout.flush()

@@ -35,3 +35,12 @@ class Conflict(RemindersError):
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class CommandFailed(RemindersError):
+    """A command run elsewhere (the operations function) failed there; ``code`` is the exit
+    status it reported, and the message its one line."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code

@@ -391,6 +391,8 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
     (what a dry run counted; a row that changed or newly matches since is left alone)."""
     from reminders.errors import InvalidInput, RemindersError
 
+    if via not in VIAS:
+        raise ValueError(f"operator action via {via!r}: expected one of {VIAS}")
     if state not in BULK_STATES:
         raise InvalidInput("without a KEY, reconcile needs --state (one of "
                            f"{', '.join(BULK_STATES)}) and --tenant or --kind")
@@ -408,7 +410,7 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
         rows = [r for r in rows if r["delivery_key"] in counted]
     done: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    where = "bulk" if via == "cli" else f"bulk in the {via}"
+    where = _BULK_WHERE[via]
     for row in rows:
         if dry_run:
             done.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
@@ -437,6 +439,10 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
                           "filters": {k: v for k, v in filters.items() if v is not None},
                           "reconciled": len(done), "refused": len(failed)})
     return data
+
+
+_BULK_WHERE = {"cli": "bulk", "console": "bulk in the console",
+               "ops": "bulk through the operations function"}
 
 
 def _filters_text(filters: dict[str, Any]) -> str:

@@ -59,3 +59,34 @@ def default(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthe
 @pytest.fixture(scope="session")
 def switched(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(SWITCHED_CONTEXT, tmp_path_factory.mktemp("cdk-switched"))
+
+
+# Operator access by SSM port-forward.
+BASTION_CONTEXT: dict[str, object] = {"operatorAccess": "bastion"}
+
+# Bring your own database: an existing VPC, subnets and Postgres, nothing looked up.
+EXISTING_DB_CONTEXT: dict[str, object] = {
+    "existingDbHost": "pg.internal.example.com",
+    "existingDbPort": "6432",
+    "existingVpcId": "vpc-0123456789abcdef0",
+    "existingSubnetIds": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
+    "existingDbSecretArn": "arn:aws:secretsmanager:eu-west-1:111122223333:secret:pg-admin-AbCdEf",
+    "dbSchema": "reminders_svc",
+}
+
+
+@pytest.fixture(scope="session")
+def bastion(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(BASTION_CONTEXT, tmp_path_factory.mktemp("cdk-bastion"))
+
+
+@pytest.fixture(scope="session")
+def existing_db(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    return synthesize(EXISTING_DB_CONTEXT, tmp_path_factory.mktemp("cdk-existing-db"))
+
+
+@pytest.fixture(scope="session")
+def existing_db_group(layer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """Bring your own database and your own security group for the functions."""
+    context = {**EXISTING_DB_CONTEXT, "existingSecurityGroupId": "sg-0123456789abcdef0"}
+    return synthesize(context, tmp_path_factory.mktemp("cdk-existing-db-group"))

@@ -12,7 +12,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from tests.infra.synth import Synthesized
 
-VARIANTS = ("default", "switched")
+VARIANTS = ("default", "switched", "bastion", "existing_db", "existing_db_group")
 
 # cfn-lint's exit status is a bit mask: 2 = errors, 4 = warnings, 8 = informational.
 CFN_LINT_ERRORS = 2

@@ -66,3 +66,9 @@ def test_every_option_of_every_command_has_help() -> None:
 
     walk(cli.build_parser(), "reminders")
     assert missing == []
+
+
+def test_the_parser_names_the_bulk_states_the_commands_accept() -> None:
+    from reminders import operator
+
+    assert cli.BULK_STATES == operator.BULK_STATES

@@ -1,0 +1,297 @@
+"""The operations function's logic: a small JSON command in, the command's output and exit
+status out, run by the same code as the local command line (:mod:`reminders.operator_commands`).
+
+A request is validated strictly before anything runs: one of :data:`COMMANDS`, only that
+command's arguments, each of its type and within bounds. The caller's identity is proven
+(:mod:`reminders.identity`) and every command is logged with it; every write records it in
+Postgres as who did it, via ``ops`` (a delivery's operator event, an ``operator_actions`` row).
+
+Request (version 1)::
+
+    {"version": 1, "command": "reconcile", "args": {"key": "...", "as": "sent", ...},
+     "identity": {"proof": "https://sts.REGION.amazonaws.com/?Action=GetCallerIdentity&...",
+                  "claimed_arn": "arn:aws:iam::111122223333:user/alice"}}
+
+Response: ``{"version": 1, "code": 0, "data": ..., "text": ..., "notes": [...],
+"json_notes": [...], "caller": ARN}``, or ``{"version": 1, "code": N, "error": LINE, ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reminders import db
+from reminders.errors import InvalidInput
+from reminders.identity import Caller, request_digest
+from reminders.outcome import EXIT_USAGE, Outcome, error_line
+
+VERSION = 1
+# The most rows one remote ``list`` or bulk ``reconcile`` touches (locally: 10000); an
+# invocation ends within the function's timeout and its answer within Lambda's 6 MB.
+MAX_REMOTE_LIMIT = 1000
+# Lambda refuses a synchronous response above 6 MB; a larger answer is refused with a hint.
+MAX_RESPONSE_BYTES = 5_000_000
+STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale",
+          "unknown", "dead")
+CHANNELS = ("webhook", "email", "sms")
+TARGETS = ("sent", "failed", "dead", "retry")
+
+
+@dataclass(frozen=True)
+class Arg:
+    kind: type
+    max_length: int = 0
+    low: int = 0
+    high: int = 0
+    choices: tuple[str, ...] = ()
+
+    def check(self, flag: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise InvalidInput(f"{flag}: must be true or false, got {value!r}")
+            return value
+        if self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInput(f"{flag}: must be a whole number, got {value!r}")
+            if not self.low <= value <= self.high:
+                raise InvalidInput(f"{flag}: must be from {self.low} to {self.high} through "
+                                   f"the operations function, got {value}")
+            return value
+        if not isinstance(value, str):
+            raise InvalidInput(f"{flag}: must be text, got {type(value).__name__}")
+        if self.choices:
+            if value not in self.choices:
+                raise InvalidInput(f"{flag}: must be one of {', '.join(self.choices)}, got "
+                                   f"{value[:40]!r}")
+            return value
+        if len(value) > self.max_length:
+            raise InvalidInput(f"{flag}: longer than {self.max_length} characters")
+        # A reason may run over lines; nothing else may, and nothing holds a NUL.
+        bad = ("\x00",) if flag == "--reason" else ("\x00", "\n", "\r")
+        if any(ch in value for ch in bad):
+            raise InvalidInput(f"{flag}: contains a control character")
+        return value
+
+
+ARGS: Mapping[str, Arg] = {
+    "tenant": Arg(str, max_length=200),
+    "key": Arg(str, max_length=1000),
+    "state": Arg(str, choices=STATES),
+    "kind": Arg(str, max_length=63),
+    "channel": Arg(str, choices=CHANNELS),
+    "recipient": Arg(str, max_length=1000),
+    "due_from": Arg(str, max_length=64),
+    "due_to": Arg(str, max_length=64),
+    "after": Arg(str, max_length=100),
+    "limit": Arg(int, low=1, high=MAX_REMOTE_LIMIT),
+    "dry_run": Arg(bool),
+    "as": Arg(str, choices=TARGETS),
+    "reason": Arg(str, max_length=2000),
+    "create": Arg(bool),
+    "attention": Arg(bool),
+}
+
+# Each command: (the arguments it takes, those it must have).
+COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
+    "status": (frozenset({"tenant"}), frozenset()),
+    "show": (frozenset({"key", "tenant"}), frozenset({"key"})),
+    "list": (frozenset({"state", "attention", "tenant", "kind", "channel", "recipient",
+                        "due_from", "due_to", "after", "limit"}), frozenset()),
+    "reconcile": (frozenset({"key", "tenant", "state", "kind", "channel", "recipient",
+                             "due_from", "due_to", "limit", "dry_run", "as", "reason"}),
+                  frozenset({"as", "reason"})),
+    "cancel": (frozenset({"key", "tenant", "dry_run", "reason"}), frozenset({"key"})),
+    "tenants pause": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
+    "tenants resume": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
+    "tenants list": (frozenset(), frozenset()),
+}
+WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume"})
+
+
+@dataclass(frozen=True)
+class Request:
+    command: str
+    args: dict[str, Any]
+    proof: str
+    claimed_arn: str | None
+
+    @property
+    def digest(self) -> str:
+        return request_digest(self.command, self.args)
+
+
+def _flag(name: str) -> str:
+    return "--as" if name == "as" else "--" + name.replace("_", "-")
+
+
+def parse_request(event: Any) -> Request:
+    """The request, or InvalidInput naming the first thing wrong with it."""
+    if not isinstance(event, dict):
+        raise InvalidInput("request: must be a JSON object")
+    unknown = set(event) - {"version", "command", "args", "identity"}
+    if unknown:
+        raise InvalidInput(f"request: unknown field {sorted(unknown)[0]!r}")
+    if event.get("version") != VERSION:
+        raise InvalidInput(f"request: version must be {VERSION}, got {event.get('version')!r}")
+    command = event.get("command")
+    if not isinstance(command, str) or command not in COMMANDS:
+        raise InvalidInput(f"request: command must be one of {', '.join(COMMANDS)}, got "
+                           f"{str(command)[:40]!r}")
+    raw = event.get("args", {})
+    if not isinstance(raw, dict):
+        raise InvalidInput("request: args must be a JSON object")
+    allowed, required = COMMANDS[command]
+    extra = set(raw) - allowed
+    if extra:
+        name = sorted(extra)[0]
+        raise InvalidInput(f"{command}: no argument {str(name)[:40]!r} through the operations "
+                           "function")
+    args = {name: ARGS[name].check(_flag(name), value) for name, value in raw.items()}
+    missing = [name for name in sorted(required) if args.get(name) in (None, "")]
+    if missing:
+        raise InvalidInput(f"{command}: {_flag(missing[0])} is required")
+    identity = event.get("identity")
+    if not isinstance(identity, dict) or not isinstance(identity.get("proof"), str):
+        raise InvalidInput("request: identity.proof is required (a presigned "
+                           "GetCallerIdentity; the reminders command line sends it)")
+    claimed = identity.get("claimed_arn")
+    return Request(command=command, args=args, proof=identity["proof"],
+                   claimed_arn=claimed[:2048] if isinstance(claimed, str) else None)
+
+
+def run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
+        queue_counts: Callable[[], dict[str, dict[str, int]]] | None) -> Outcome:
+    """Run one validated command with the same functions the local command line calls; a
+    write is recorded as by the proven caller, via ``ops``."""
+    from reminders import operator_commands as commands
+
+    a = request.args
+    who, via = caller.arn, "ops"
+    if request.command == "status":
+        return commands.status(conn, now=now, tenant=a.get("tenant"), queue_counts=queue_counts)
+    if request.command == "show":
+        return commands.show(conn, key=a["key"], tenant=a.get("tenant"))
+    if request.command == "list":
+        return commands.list_deliveries(
+            conn, limit=a.get("limit") or 100, state=a.get("state"), tenant=a.get("tenant"),
+            kind=a.get("kind"), channel=a.get("channel"), recipient=a.get("recipient"),
+            due_from=a.get("due_from"), due_to=a.get("due_to"), after=a.get("after"),
+            attention=bool(a.get("attention")))
+    if request.command == "reconcile":
+        return commands.reconcile(
+            conn, now=now, key=a.get("key"), tenant=a.get("tenant"), as_=a["as"],
+            reason=a["reason"], who=who, via=via, state=a.get("state"), kind=a.get("kind"),
+            channel=a.get("channel"), recipient=a.get("recipient"),
+            due_from=a.get("due_from"), due_to=a.get("due_to"), limit=a.get("limit") or 100,
+            dry_run=bool(a.get("dry_run")))
+    if request.command == "cancel":
+        return commands.cancel(conn, now=now, key=a["key"], tenant=a.get("tenant"), who=who,
+                               via=via, reason=a.get("reason"), dry_run=bool(a.get("dry_run")))
+    if request.command == "tenants list":
+        return commands.tenants_list(conn)
+    return commands.tenants_set(conn, now=now, tenant=a["tenant"],
+                                paused=request.command == "tenants pause", who=who, via=via,
+                                reason=a.get("reason"), create=bool(a.get("create")))
+
+
+def response(outcome: Outcome, caller: Caller | None) -> dict[str, Any]:
+    body = {"version": VERSION, **outcome.as_json(), "caller": caller.arn if caller else None}
+    size = len(json.dumps(body, default=str))
+    if size > MAX_RESPONSE_BYTES:
+        return failure(EXIT_USAGE, f"the answer is {size} bytes, more than a Lambda response "
+                                   "may carry; narrow it (--tenant, --state, --limit)", caller)
+    return json.loads(json.dumps(body, default=str))  # type: ignore[no-any-return]
+
+
+def failure(code: int, line: str, caller: Caller | None) -> dict[str, Any]:
+    return {"version": VERSION, "code": code, "error": line,
+            "caller": caller.arn if caller else None}
+
+
+def failure_for(exc: BaseException, caller: Caller | None) -> dict[str, Any]:
+    return failure(*error_line(exc), caller)
+
+
+STS_ENDPOINT_ENV = "REMINDERS_STS_ENDPOINT"
+
+
+def sts_endpoint_from_env(env: Mapping[str, str]) -> str:
+    """The one STS endpoint identity proofs may go to: the function's own region's."""
+    from reminders.errors import ConfigError
+
+    endpoint = env.get(STS_ENDPOINT_ENV, "")
+    if not endpoint.startswith(("https://", "http://")):
+        raise ConfigError(f"{STS_ENDPOINT_ENV} must be the STS endpoint URL, e.g. "
+                          f"https://sts.eu-west-1.amazonaws.com, got {endpoint!r}")
+    return endpoint
+
+
+def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable[[], datetime],
+           queue_counts: Callable[[], dict[str, dict[str, int]]] | None, sts_endpoint: str,
+           account: str | None, request_id: str = "") -> dict[str, Any]:
+    """Validate, prove the caller, run, answer; every command is logged with who ran it.
+    Nothing but a response leaves: errors become a line and an exit status."""
+    from reminders.identity import IdentityRefused, verify
+    from reminders.observability import logger
+
+    caller: Caller | None = None
+    request: Request | None = None
+    try:
+        request = parse_request(event)
+        caller = verify(request.proof, request.digest, sts_endpoint=sts_endpoint)
+        if account and caller.account != account:
+            raise IdentityRefused(f"identity: the caller belongs to account {caller.account}, "
+                                  "not this function's")
+    except Exception as exc:  # noqa: BLE001 (a refused request is an answer, not a crash)
+        result = failure_for(exc, caller)
+        logger.warning("operator command refused", extra={
+            "command": request.command if request else None, "code": result["code"],
+            "error": result["error"], "caller_arn": caller.arn if caller else None,
+            "claimed_arn": request.claimed_arn if request else None,
+            "request_id": request_id})
+        return result
+    audit = {"command": request.command, "arguments": request.args, "caller_arn": caller.arn,
+             "claimed_arn": request.claimed_arn, "write": request.command in WRITES,
+             "request_id": request_id}
+    logger.info("operator command", extra=audit)
+    try:
+        outcome = run(request, connection(), now=now(), caller=caller,
+                      queue_counts=queue_counts)
+    except Exception as exc:  # noqa: BLE001 (the caller gets a line and an exit status)
+        result = failure_for(exc, caller)
+        if result["code"] == 1:  # not one of ours: keep the traceback in the log
+            logger.exception("operator command raised", extra=audit)
+    else:
+        result = response(outcome, caller)
+    logger.info("operator command done", extra={**audit, "code": result["code"],
+                                                "error": result.get("error")})
+    return result
+
+
+def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
+    """``handle`` with what a Lambda invocation and the runtime provide."""
+    import os
+
+    arn = str(getattr(context, "invoked_function_arn", "") or "")
+    parts = arn.split(":")
+    rt_queues = (rt.deliveries, rt.dlq, rt.parking)
+
+    def queue_counts() -> dict[str, dict[str, int]]:
+        return {name: queue.counts()
+                for name, queue in zip(("deliveries", "dlq", "parking"), rt_queues, strict=True)}
+
+    try:
+        return handle(event, connection=rt.connection, now=rt.clock.now,
+                      queue_counts=queue_counts, sts_endpoint=sts_endpoint_from_env(os.environ),
+                      account=parts[4] if len(parts) > 4 and parts[4] else None,
+                      request_id=str(getattr(context, "aws_request_id", "") or ""))
+    finally:
+        # An operator's command is rare: hold no connection between them (the proxy's
+        # connection budget counts this function with migrate's one).
+        rt.close()

@@ -1,0 +1,139 @@
+"""The command line's side of ``--stack``: find the stack's operations function, prove who is
+calling, invoke it with the caller's IAM credentials, and hand back its :class:`Outcome`.
+
+The invoker is a port: :class:`LambdaInvoker` calls Lambda's Invoke API with boto3; tests and
+other callers may install another with :func:`install_invoker` (for instance one that calls
+the handler in the same process).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from reminders.errors import CommandFailed, InvalidInput, NotFound
+from reminders.outcome import EXIT_UNAVAILABLE, EXIT_USAGE, Outcome
+
+# The stack output that names the operations function (infra/stack.py).
+OUTPUT_KEY = "OpsFunctionName"
+VERSION = 1
+# The function's timeout is at most this (infra: opsTimeoutSeconds); the read waits longer.
+INVOKE_READ_TIMEOUT_SECONDS = 330
+
+
+class Invoker(Protocol):
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class LambdaInvoker:
+    """A synchronous Invoke of one function, never retried (a write must not run twice)."""
+
+    def __init__(self, function_name: str, client: Any) -> None:
+        self.function_name = function_name
+        self.client = client
+
+    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
+        answer = self.client.invoke(FunctionName=self.function_name,
+                                    InvocationType="RequestResponse",
+                                    Payload=json.dumps(payload).encode())
+        body = answer["Payload"].read()
+        try:
+            data = json.loads(body or b"null")
+        except ValueError:
+            data = None
+        if answer.get("FunctionError"):
+            message = data.get("errorMessage") if isinstance(data, dict) else None
+            raise CommandFailed(f"the operations function {self.function_name} failed: "
+                                f"{message or answer['FunctionError']}", code=EXIT_UNAVAILABLE)
+        if not isinstance(data, dict):
+            raise CommandFailed(f"the operations function {self.function_name} answered "
+                                "something other than a JSON object", code=EXIT_UNAVAILABLE)
+        return data
+
+
+def lambda_client() -> Any:
+    from botocore.config import Config
+
+    from reminders import aws
+
+    return aws.send_client("lambda", Config(
+        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5,
+        read_timeout=INVOKE_READ_TIMEOUT_SECONDS))
+
+
+def function_for_stack(stack: str, cloudformation: Any) -> str:
+    """The function named by the stack's ``OpsFunctionName`` output."""
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cloudformation.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc.response.get("Error", {}).get("Message", "")):
+            region = cloudformation.meta.region_name
+            raise NotFound(f"--stack: no stack {stack!r} in {region} (set AWS_REGION or "
+                           "AWS_PROFILE)") from None
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    if OUTPUT_KEY not in outputs:
+        raise NotFound(f"--stack: stack {stack!r} has no {OUTPUT_KEY} output (deployed before "
+                       "the operations function existed? deploy it again)")
+    return str(outputs[OUTPUT_KEY])
+
+
+def _boto_invoker(stack: str | None, function_name: str | None) -> Invoker:
+    from reminders import aws
+
+    name = function_name or function_for_stack(str(stack), aws.client("cloudformation"))
+    return LambdaInvoker(name, lambda_client())
+
+
+_make_invoker: Callable[[str | None, str | None], Invoker] = _boto_invoker
+
+
+def install_invoker(factory: Callable[[str | None, str | None], Invoker] | None) -> None:
+    """Use ``factory(stack, function_name)`` to reach the function; None: Lambda via boto3."""
+    global _make_invoker
+    _make_invoker = factory or _boto_invoker
+
+
+def request(command: str, arguments: dict[str, Any], sts: Any) -> dict[str, Any]:
+    """The request: the command, its arguments and the proof of who asks (signed by ``sts``'s
+    credentials, bound to this command), with the caller's own idea of who that is."""
+    from reminders.identity import presign, request_digest
+
+    claimed = sts.get_caller_identity().get("Arn")
+    return {"version": VERSION, "command": command, "args": arguments,
+            "identity": {"proof": presign(sts, request_digest(command, arguments)),
+                         "claimed_arn": claimed}}
+
+
+def outcome_of(answer: dict[str, Any]) -> Outcome:
+    """The function's answer as the Outcome the local command would have returned; a failure
+    raises CommandFailed with the function's line and exit status."""
+    if answer.get("version") != VERSION or not isinstance(answer.get("code"), int):
+        raise CommandFailed("the operations function answered in a form this command line "
+                            "does not know (deploy the same version)", code=EXIT_UNAVAILABLE)
+    if answer.get("error") is not None:
+        raise CommandFailed(str(answer["error"]), code=int(answer["code"]))
+    notes = answer.get("notes") or []
+    json_notes = answer.get("json_notes") or []
+    return Outcome(answer.get("data"), answer.get("text"), int(answer["code"]),
+                   [str(n) for n in notes], [str(n) for n in json_notes])
+
+
+def run_remote(command: str, arguments: dict[str, Any], *, stack: str | None,
+               function_name: str | None) -> Outcome:
+    from reminders import aws
+
+    if not (stack or function_name):
+        raise InvalidInput("give --stack NAME or --ops-function NAME")
+    if command not in _COMMANDS:
+        raise CommandFailed(f"{command} does not run through the operations function",
+                            code=EXIT_USAGE)
+    invoker = _make_invoker(stack, function_name)
+    return outcome_of(invoker.invoke(request(command, arguments, aws.client("sts"))))
+
+
+_COMMANDS = ("status", "show", "list", "reconcile", "cancel", "tenants pause",
+             "tenants resume", "tenants list")

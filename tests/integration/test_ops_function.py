@@ -1,0 +1,327 @@
+"""The operations function: a JSON command in (the event a synchronous Lambda invoke passes),
+the same output and exit status as the local command line out, the caller proven through STS
+and recorded. And ``reminders --stack NAME``: the stack's output found through CloudFormation,
+the proof signed through STS (both moto over HTTP), the function invoked by boto3 over HTTP."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.ops.handler import handler
+from reminders import config, db, ops_client, runtime
+from reminders.clock import FixedClock
+from reminders.local import stack
+from tests.conftest import T0, make_runtime
+from tests.integration.cli_helpers import Cli
+from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
+
+MOTO_ARN = f"arn:aws:sts::{ACCOUNT}:user/moto"  # who moto's STS says signed
+DUE = "2027-03-01T09:05:00Z"
+_stacks = itertools.count()
+
+
+@pytest.fixture
+def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: str,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[runtime.Runtime]:
+    monkeypatch.setenv("REMINDERS_STS_ENDPOINT", moto_endpoint)
+    rt = make_runtime(database_url, queue_urls, moto_endpoint, FixedClock(T0))
+    runtime.install(rt)
+    yield rt
+    rt.close()
+    runtime.install(None)
+
+
+@pytest.fixture
+def sts(moto_endpoint: str) -> Any:
+    return stack.aws_client("sts", moto_endpoint)
+
+
+def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
+           context: Context | None = None) -> dict[str, Any]:
+    event = ops_client.request(command, args or {}, sts)
+    # Lambda hands the handler the invoke's JSON payload, decoded.
+    return handler(json.loads(json.dumps(event)), context or Context("Reminders-ops"))
+
+
+def one(conn: db.Connection, query: str) -> Any:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return row
+
+
+def schedule(cli: Cli, key: str = "inv-1") -> None:
+    cli("schedule", "--tenant", "acme", "--channel", "email", "--recipient", "a@example.com",
+        "--at", DUE, "--key", key, "--json").json()
+
+
+# ---------------------------------------------------------------- the handler, in process
+
+
+def test_status_answers_as_the_local_command_with_the_queues_and_the_caller(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli) -> None:
+    schedule(cli)
+    answer = invoke(sts, "status", {"tenant": None})
+    assert answer["code"] == 0, answer
+    assert answer["caller"] == MOTO_ARN
+    assert answer["data"]["by_state"]["scheduled"] == 1
+    assert set(answer["data"]["queues"]) == {"deliveries", "dlq", "parking"}
+    local = json.loads(cli("status", "--json").out)
+    assert answer["data"]["by_state"] == local["by_state"]
+    assert answer["text"].startswith("deliveries: 1 (scheduled 1)")
+
+
+def test_a_reconcile_records_the_verified_caller_with_the_event(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection) -> None:
+    schedule(cli)
+    schedule(cli, "inv-2")
+    conn.execute("update deliveries set state = 'unknown', reason = 'test'")
+    answer = invoke(sts, "reconcile", {"key": None, "tenant": "acme", "state": "unknown",
+                                       "kind": None, "channel": "email",
+                                       "recipient": "a@example.com", "due_from": None,
+                                       "due_to": None, "limit": 1, "dry_run": False,
+                                       "as": "sent", "reason": "receiver log shows it"})
+    assert answer["code"] == 0, answer
+    assert [d["state"] for d in answer["data"]["reconciled"]] == ["sent"]
+    assert answer["data"]["more"] is True
+    (event,) = conn.execute("select actor, who, event, detail from delivery_events "
+                            "where event like 'reconciled%%'").fetchall()
+    assert event == {"actor": "operator", "who": MOTO_ARN, "event": "reconciled as sent",
+                     "detail": "receiver log shows it (bulk through the operations function, "
+                               f"by {MOTO_ARN})"}
+    (action,) = conn.execute("select who, via, action, object, name, tenant, reason, detail "
+                             "from operator_actions").fetchall()
+    assert action == {
+        "who": MOTO_ARN, "via": "ops", "action": "reconciled as sent", "object": "deliveries",
+        "name": "state=unknown tenant=acme channel=email recipient=a@example.com",
+        "tenant": "acme", "reason": "receiver log shows it",
+        "detail": {"filters": {"state": "unknown", "tenant": "acme", "channel": "email",
+                               "recipient": "a@example.com", "limit": 1},
+                   "reconciled": 1, "refused": 0}}
+
+
+def test_one_reconcile_by_key_names_the_caller(ops_runtime: runtime.Runtime, sts: Any, cli: Cli,
+                                               conn: db.Connection) -> None:
+    schedule(cli)
+    conn.execute("update deliveries set state = 'unknown', reason = 'test'")
+    key = one(conn, "select delivery_key from deliveries")["delivery_key"]
+    answer = invoke(sts, "reconcile", {"key": key, "as": "retry", "reason": "endpoint fixed"})
+    assert answer["code"] == 0, answer
+    event = one(conn, "select who, detail from delivery_events where event = "
+                      "'reconciled as retry'")
+    assert event == {"who": MOTO_ARN, "detail": "endpoint fixed"}
+    shown = invoke(sts, "show", {"key": key})
+    assert shown["data"]["events"][-1]["who"] == MOTO_ARN
+    assert f"operator {MOTO_ARN}: reconciled as retry (endpoint fixed)" in shown["text"]
+
+
+def test_errors_keep_the_local_exit_statuses(ops_runtime: runtime.Runtime, sts: Any,
+                                             cli: Cli) -> None:
+    answer = invoke(sts, "show", {"key": "nope"})
+    local = cli("show", "nope")
+    assert (answer["code"], answer["error"]) == (3, "no schedule or delivery with key 'nope'")
+    assert local.code == 3 and local.err == f"reminders: error: {answer['error']}\n"
+    answer = invoke(sts, "tenants pause", {"tenant": "ghost"})
+    assert answer["code"] == 3 and "pass --create" in answer["error"]
+
+
+def test_writes_through_the_function_change_the_database(ops_runtime: runtime.Runtime,
+                                                         sts: Any, cli: Cli,
+                                                         conn: db.Connection) -> None:
+    schedule(cli)
+    dry = invoke(sts, "cancel", {"key": "inv-1", "dry_run": True})
+    assert dry["code"] == 0 and len(dry["data"]["would_suppress"]) == 1
+    done = invoke(sts, "cancel", {"key": "inv-1", "reason": "customer left"})
+    assert done["data"] == {"tenant": "acme", "schedule_key": "inv-1", "suppressed": 1,
+                            "changed": True}
+    assert one(conn, "select state from schedules")["state"] == "cancelled"
+    paused = invoke(sts, "tenants pause", {"tenant": "acme", "reason": "INC-7"})
+    assert paused["data"] == {"tenant": "acme", "paused": True, "changed": True}
+    again = invoke(sts, "tenants pause", {"tenant": "acme"})  # no change: nothing recorded
+    assert again["text"] == "tenant acme paused (already)"
+    listed = invoke(sts, "tenants list")
+    assert [t["paused"] for t in listed["data"]] == [True]
+    # Who did it is the proven caller, in Postgres beside the command line's and the console's.
+    rows = conn.execute("select who, via, action, object, name, tenant, reason "
+                        "from operator_actions order by id").fetchall()
+    assert rows == [
+        {"who": MOTO_ARN, "via": "ops", "action": "cancelled", "object": "schedule",
+         "name": "inv-1", "tenant": "acme", "reason": "customer left"},
+        {"who": MOTO_ARN, "via": "ops", "action": "paused", "object": "tenant",
+         "name": "acme", "tenant": "acme", "reason": "INC-7"}]
+
+
+def test_the_attention_list_and_reasons_are_checked_as_locally(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection) -> None:
+    schedule(cli)
+    schedule(cli, "inv-2")
+    conn.execute("update deliveries set state = 'dead', reason = 'budget spent' "
+                 "where schedule_id = (select id from schedules where schedule_key = 'inv-2')")
+    answer = invoke(sts, "list", {"attention": True})
+    assert [(r["state"], r["reason"]) for r in answer["data"]] == [("dead", "budget spent")]
+    assert answer["data"] == cli("list", "--attention", "--json").json()
+    answer = invoke(sts, "list", {"attention": True, "state": "scheduled"})
+    assert answer["code"] == 2
+    assert answer["error"] == "state must be one of unknown, dead, failed, stale, got 'scheduled'"
+    for command, args in (("tenants pause", {"tenant": "acme", "reason": "a\nb"}),
+                          ("cancel", {"key": "inv-1", "reason": "a\nb"})):
+        answer = invoke(sts, command, args)
+        local = cli(*command.split(), args.get("key") or args["tenant"], "--reason", "a\nb")
+        assert (answer["code"], answer["error"]) == (2, "--reason: contains a line break: "
+                                                        "'a\\nb'")
+        assert (local.code, local.err) == (2, f"reminders: error: {answer['error']}\n")
+    answer = invoke(sts, "tenants resume", {"tenant": "acme", "reason": " "})
+    assert answer["error"] == "--reason: empty; say why, or leave --reason out"
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 0}
+    assert one(conn, "select state from schedules where schedule_key = 'inv-1'")["state"] == (
+        "active")
+
+
+@pytest.mark.parametrize(("command", "args", "line"), [
+    ("drop", {}, "request: command must be one of status, show, list, reconcile, cancel, "
+                 "tenants pause, tenants resume, tenants list, got 'drop'"),
+    ("status", {"sql": "select 1"}, "status: no argument 'sql' through the operations function"),
+    ("list", {"limit": 5000}, "--limit: must be from 1 to 1000 through the operations "
+                              "function, got 5000"),
+    ("list", {"limit": "10"}, "--limit: must be a whole number, got '10'"),
+    ("list", {"state": "gone"}, "--state: must be one of scheduled, leased, retrying, sent, "
+                                "failed, suppressed, stale, unknown, dead, got 'gone'"),
+    ("show", {}, "show: --key is required"),
+    ("reconcile", {"key": "k", "as": "sent"}, "reconcile: --reason is required"),
+    ("cancel", {"key": "a\nb"}, "--key: contains a control character"),
+    ("tenants pause", {"tenant": "x", "create": "yes"}, "--create: must be true or false, "
+                                                        "got 'yes'"),
+], ids=["command", "argument", "limit", "type", "choice", "required", "reason", "newline",
+        "bool"])
+def test_a_request_outside_the_allow_list_is_refused_before_anything_runs(
+        ops_runtime: runtime.Runtime, sts: Any, conn: db.Connection, command: str,
+        args: dict[str, Any], line: str) -> None:
+    answer = invoke(sts, command, args)
+    assert answer == {"version": 1, "code": 2, "error": line, "caller": None}
+    assert conn.execute("select count(*) as n from tenants").fetchone() == {"n": 0}
+
+
+def test_a_request_without_a_valid_proof_is_refused(ops_runtime: runtime.Runtime, sts: Any,
+                                                    moto_endpoint: str) -> None:
+    event = ops_client.request("status", {}, sts)
+    without = {**event, "identity": {"claimed_arn": "arn:aws:iam::1:user/root"}}
+    answer = handler(without, Context("Reminders-ops"))
+    assert answer["code"] == 2 and "identity.proof is required" in answer["error"]
+    # A proof aimed anywhere but the function's own STS endpoint is never fetched.
+    elsewhere = event["identity"]["proof"].replace(moto_endpoint, "http://169.254.169.254")
+    answer = handler({**event, "identity": {"proof": elsewhere}}, Context("Reminders-ops"))
+    assert answer["error"] == f"identity: the proof is not a request to {moto_endpoint}"
+    # Another STS action, or a proof that does not sign the command's digest.
+    other = event["identity"]["proof"].replace("GetCallerIdentity", "AssumeRole")
+    answer = handler({**event, "identity": {"proof": other}}, Context("Reminders-ops"))
+    assert answer["error"] == "identity: the proof is not a GetCallerIdentity request"
+    unbound = event["identity"]["proof"].replace("x-reminders-request", "x-other")
+    answer = handler({**event, "identity": {"proof": unbound}}, Context("Reminders-ops"))
+    assert answer["error"] == "identity: the proof does not sign x-reminders-request"
+
+
+def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
+                                                  sts: Any) -> None:
+    answer = invoke(sts, "status", {}, Context("Reminders-ops", account="999999999999"))
+    assert answer["code"] == 2
+    assert answer["error"] == (f"identity: the caller belongs to account {ACCOUNT}, not this "
+                               "function's")
+
+
+# ---------------------------------------------------------------- reminders --stack, end to end
+
+
+@pytest.fixture
+def lambda_endpoint(ops_runtime: runtime.Runtime) -> Iterator[tuple[str, LambdaStandIn]]:
+    stand_in = LambdaStandIn({"Reminders-ops-fn": handler})
+    url = stand_in.start()
+    yield url, stand_in
+    stand_in.stop()
+
+
+@pytest.fixture
+def deployed(moto_endpoint: str) -> str:
+    """A stack in moto's CloudFormation whose output names the function."""
+    name = f"Reminders{next(_stacks)}"
+    template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+                "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
+    stack.aws_client("cloudformation", moto_endpoint).create_stack(
+        StackName=name, TemplateBody=json.dumps(template))
+    return name
+
+
+@pytest.fixture
+def remote(cli: Cli, moto_endpoint: str, lambda_endpoint: tuple[str, LambdaStandIn],
+           tmp_path: Path) -> Cli:
+    """The command line with AWS credentials and no database of its own."""
+    env = {k: v for k, v in cli.env.items() if k != "DATABASE_URL"}
+    return Cli({**env, **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
+                "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint[0]})
+
+
+def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
+        remote: Cli, cli: Cli, deployed: str, lambda_endpoint: tuple[str, LambdaStandIn],
+        conn: db.Connection) -> None:
+    schedule(cli)
+    for command in (["status"], ["list", "--state", "scheduled"], ["show", "inv-1"],
+                    ["tenants", "list"]):
+        here, there = cli(*command), remote("--stack", deployed, *command)
+        assert (there.code, there.err) == (0, ""), there.err
+        here_json = cli(*command, "--json").json()
+        there_json = remote("--stack", deployed, *command, "--json").json()
+        if command == ["status"]:
+            assert there.out.splitlines()[:2] == here.out.splitlines()[:2]
+            assert there_json["by_state"] == here_json["by_state"]
+        else:
+            assert there.out == here.out
+            assert there_json == here_json
+    (call, *_) = lambda_endpoint[1].calls
+    assert call["function"] == "Reminders-ops-fn"
+    assert call["headers"].get("X-Amz-Invocation-Type") == "RequestResponse"
+    sent = json.loads(call["body"])
+    assert sent["command"] == "status" and sent["identity"]["claimed_arn"] == MOTO_ARN
+    # A write, and its exit status and text, through the function.
+    got = remote("--stack", deployed, "cancel", "inv-1")
+    assert (got.code, got.out, got.err) == (0, "cancelled inv-1: 1 pending deliveries "
+                                               "suppressed\n", "")
+    assert one(conn, "select state from schedules")["state"] == "cancelled"
+    got = remote("--stack", deployed, "tenants", "pause", "acme", "--reason", "INC-9")
+    assert (got.code, got.out, got.err) == (0, "tenant acme paused\n", "")
+    rows = conn.execute("select who, via, action, reason from operator_actions order by id"
+                        ).fetchall()
+    assert rows == [{"who": MOTO_ARN, "via": "ops", "action": "cancelled", "reason": None},
+                    {"who": MOTO_ARN, "via": "ops", "action": "paused", "reason": "INC-9"}]
+    sent = json.loads(lambda_endpoint[1].calls[-1]["body"])
+    assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
+
+
+def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli,
+                                                        deployed: str) -> None:
+    here, there = cli("show", "nope"), remote("--stack", deployed, "show", "nope")
+    assert (there.code, there.out, there.err) == (here.code, here.out, here.err) == (
+        3, "", "reminders: error: no schedule or delivery with key 'nope'\n")
+    got = remote("--stack", deployed, "list", "--limit", "5000")
+    assert (got.code, got.err) == (2, "reminders: error: --limit: must be from 1 to 1000 "
+                                      "through the operations function, got 5000\n")
+    got = remote("--stack", "NoSuchStack", "status")
+    assert got.code == 3
+    assert got.err == (f"reminders: error: --stack: no stack 'NoSuchStack' in {stack.REGION} "
+                       "(set AWS_REGION or AWS_PROFILE)\n")
+    got = remote("--stack", deployed, "schedule", "--tenant", "a", "--channel", "sms",
+                 "--recipient", "+15550100", "--at", DUE)
+    assert got.code == 2 and "`schedule` does not run with --stack" in got.err
+    got = remote("--stack", deployed, "drill", "garbage")
+    assert got.code == 2 and "drills run on one machine only" in got.err
+
+
+def test_ops_function_skips_the_stack_lookup(remote: Cli, cli: Cli) -> None:
+    schedule(cli)
+    got = remote("--ops-function", "Reminders-ops-fn", "status", "--json")
+    assert got.json()["by_state"]["scheduled"] == 1
+    got = remote("--ops-function", "missing-fn", "status")
+    assert got.code == 5 and "Function not found: missing-fn" in got.err
