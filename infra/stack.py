@@ -53,6 +53,8 @@ class RemindersStack(Stack):
             settings=settings,
             migrate=self.functions.migrate,
             app_secret_arn=self.database.app_secret.secret_arn,
+            # The Database construct creates the instance and its database.
+            owns_database=True,
             after=self.database.proxy,
         )
         # New code never runs against the old schema: the functions that serve traffic (and

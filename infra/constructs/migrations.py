@@ -36,6 +36,7 @@ class Migrations(Construct):
         settings: Settings,
         migrate: lambda_.IFunction,
         app_secret_arn: str,
+        owns_database: bool,
         after: IDependable,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -53,8 +54,14 @@ class Migrations(Construct):
             service_token=self.provider.service_token,
             resource_type="Custom::RemindersMigrations",
             # AppSecretArn: the application role's login, which the migrate function creates
-            # (or re-grants) after the migrations; a new secret re-runs it.
-            properties={"Fingerprint": migrations_fingerprint(), "AppSecretArn": app_secret_arn},
+            # (or re-grants) after the migrations; a new secret re-runs it. OwnsDatabase: the
+            # database was created by this stack, so its database-wide defaults (PUBLIC's
+            # CREATE and TEMPORARY) are the service's to revoke; never in an existing one.
+            properties={
+                "Fingerprint": migrations_fingerprint(),
+                "AppSecretArn": app_secret_arn,
+                "OwnsDatabase": "true" if owns_database else "false",
+            },
         )
         # Wait until the proxy and its target group exist: migrate connects through them.
         self.resource.node.add_dependency(after)
