@@ -5,7 +5,22 @@ BIN    := $(VENV)/bin
 # Every pip install takes its versions from the lock (PIP_CONSTRAINT also reaches the isolated
 # build of the package): a new release upstream changes nothing until `make lock` is committed.
 LOCK   := requirements/lock.txt
-PIP    := PIP_CONSTRAINT=$(CURDIR)/$(LOCK) $(BIN)/python -m pip
+# setuptools reports every editable install of a package-dir layout ("Editable installation.
+# Please be careful with folders in your working directory with the same name as your
+# package"): an informational notice, not a problem; only that one message is filtered.
+PIP    := PIP_CONSTRAINT=$(CURDIR)/$(LOCK) \
+          PYTHONWARNINGS="ignore:Editable installation.:UserWarning" $(BIN)/python -m pip
+# pip shows what it collects, downloads and installs (no -q: a first install takes minutes),
+# without its "already satisfied" lines; each step ends with its elapsed time.
+SHELL  := bash
+.SHELLFLAGS := -o pipefail -c
+# $(call install,EXTRAS): the package (editable) with those extras.
+define install
+t=$$(date +%s); $(PIP) install --progress-bar on -e ".[$(1)]" \
+	| { grep -v '^Requirement already satisfied' || true; } \
+	&& echo "    done in $$(( $$(date +%s) - t ))s"
+endef
+comma  := ,
 SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
@@ -17,14 +32,14 @@ $(LOCAL): pyproject.toml $(LOCK)
 	@echo "setting up $(VENV): the package and the local stack (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[local]"
+	$(call install,local)
 	rm -f $(VENV)/.local-*
 	touch $(LOCAL)
 
 # Tests, linters and the CDK toolchain on top (a few minutes the first time).
 $(STAMP): $(LOCAL)
 	@echo "adding the test, lint and CDK tools to $(VENV) (a few minutes the first time)"
-	$(PIP) install -q -e ".[dev,infra]"
+	$(call install,dev$(comma)infra)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -39,7 +54,7 @@ demo: $(LOCAL)
 CONSOLE_STAMP := $(VENV)/.console-$(SUM)
 
 $(CONSOLE_STAMP): $(LOCAL)
-	$(PIP) install -q -e ".[local,console]"
+	$(call install,local$(comma)console)
 	rm -f $(VENV)/.console-*
 	touch $(CONSOLE_STAMP)
 
@@ -73,7 +88,7 @@ synth: layer  ## cdk.out/Reminders.template.json (runs cdk-nag; fails on a findi
 BENCH_STAMP := $(VENV)/.bench-$(SUM)
 
 $(BENCH_STAMP): $(STAMP)
-	$(PIP) install -q -e ".[bench]"
+	$(call install,bench)
 	rm -f $(VENV)/.bench-*
 	touch $(BENCH_STAMP)
 

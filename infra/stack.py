@@ -59,6 +59,9 @@ class RemindersStack(Stack):
             migrate=self.functions.migrate,
             app_secret_arn=self.database.app_secret.secret_arn,
             schema=settings.db_schema,
+            # Only a database this stack created has database-wide defaults that are the
+            # service's to revoke; an existing application database keeps its own.
+            owns_database=not settings.existing_database,
             after=self.database.proxy,
         )
         # New code never runs against the old schema: the functions that serve traffic (and

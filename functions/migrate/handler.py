@@ -3,9 +3,15 @@ create or update the application role that scanner, consumer and redrive log in 
 
 The migrate function connects with the master credentials (``REMINDERS_DB_SECRET_ARN``); the
 application role's login is the secret named by the resource property ``AppSecretArn``. The
-role gets DML on the service's tables and nothing else: no DDL, no other schema, no
-temporary tables, no writes to ``schema_migrations``. Every statement is idempotent, so the
-grants are re-applied after every migration run (a new table is granted the moment it exists).
+role gets DML on the service's tables and nothing else: no DDL, no other schema, no writes to
+``schema_migrations``, and no temporary tables in a database the stack created. Every statement
+is idempotent, so the grants are re-applied after every migration run (a new table is granted
+the moment it exists).
+
+What is changed is the service's own schema. Database-wide defaults (PUBLIC's CREATE and
+TEMPORARY on the database) are taken back only when the resource property ``OwnsDatabase`` is
+``"true"``, which the stack passes for the database it creates: in an application's existing
+database they belong to the application, whose own logins may rely on them.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from psycopg import sql
 
 from reminders import config, db
 from reminders.db import migrate
+from reminders.errors import ConfigError
 from reminders.observability import logger
 
 if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):  # validate the settings at cold start
@@ -32,7 +39,7 @@ APP_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 def ensure_app_role(
     conn: db.Connection, username: str, password: str, *, set_password: bool,
-    schema: str = config.DEFAULT_SCHEMA,
+    owns_database: bool, schema: str = config.DEFAULT_SCHEMA,
 ) -> bool:
     """Create the application role, or bring an existing one back to exactly its grants.
 
@@ -43,6 +50,11 @@ def ensure_app_role(
     The grants are on the service's schema (``REMINDERS_DB_SCHEMA``), wherever it lives. This
     is the service's own role (scanner, consumer, redrive), not ``reminders_client``, the role
     applications are granted (migration 0009), which may only call the SQL API.
+
+    ``owns_database``: the database was created for the service (by the stack), so PUBLIC's
+    database-wide CREATE and TEMPORARY are revoked too, and the role cannot make temporary
+    tables. Otherwise (the service's schema in an application's database) nothing outside the
+    service's schema changes, and the role keeps whatever PUBLIC is granted there.
     """
     role = sql.Identifier(username)
     schema_name = config.check_schema(schema)
@@ -80,11 +92,15 @@ def ensure_app_role(
             conn.execute(sql.SQL("alter role {} with {}").format(role, options))
 
         db_name = sql.Identifier(database["name"])
-        # Nobody creates schemas or temporary tables in the service's database by default;
-        # the owner (the master user) keeps every right through ownership.
-        conn.execute(sql.SQL("revoke create, temporary on database {} from public").format(db_name))
+        if owns_database:
+            # Nobody creates schemas or temporary tables in the service's database by
+            # default; the owner (the master user) keeps every right through ownership.
+            conn.execute(sql.SQL("revoke create, temporary on database {} from public").format(
+                db_name))
         conn.execute(sql.SQL("grant connect on database {} to {}").format(db_name, role))
-        conn.execute(sql.SQL("revoke create on schema {} from public").format(schema_id))
+        if owns_database or schema_name != "public":
+            # The service's schema only: an application's `public` is the application's.
+            conn.execute(sql.SQL("revoke create on schema {} from public").format(schema_id))
         conn.execute(sql.SQL("grant usage on schema {} to {}").format(schema_id, role))
 
         tables = [
@@ -111,6 +127,16 @@ def ensure_app_role(
     return not exists
 
 
+def _owns_database(event: dict[str, Any]) -> bool:
+    """Whether the stack created the database (resource property ``OwnsDatabase``, absent:
+    no, so an existing database's defaults are never changed by mistake)."""
+    value = str((event.get("ResourceProperties") or {}).get("OwnsDatabase", "false"))
+    if value not in ("true", "false"):
+        raise ConfigError(f"resource property OwnsDatabase must be \"true\" or \"false\", "
+                          f"got {value!r}")
+    return value == "true"
+
+
 def _app_login(event: dict[str, Any]) -> tuple[str, str, bool] | None:
     """The application role's (username, password, set_password) from the request, or None
     when the resource names no application secret (a local run)."""
@@ -132,6 +158,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if request == "Delete":  # the data outlives the stack; nothing to undo
         return {"PhysicalResourceId": event.get("PhysicalResourceId", "reminders-schema")}
     settings = config.load()
+    owns_database = _owns_database(event)
     login = _app_login(event)
     with db.connect(settings.database_url, prepare=settings.db_prepare,
                     schema=settings.db_schema) as conn:
@@ -140,6 +167,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if login is not None:
             username, password, set_password = login
             created = ensure_app_role(conn, username, password, set_password=set_password,
+                                      owns_database=owns_database,
                                       schema=settings.db_schema)
     logger.info("migrations applied", extra={"applied": applied, "app_role_created": created})
     return {"PhysicalResourceId": "reminders-schema",

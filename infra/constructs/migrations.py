@@ -37,6 +37,7 @@ class Migrations(Construct):
         migrate: lambda_.IFunction,
         app_secret_arn: str,
         schema: str,
+        owns_database: bool,
         after: IDependable | None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -56,11 +57,14 @@ class Migrations(Construct):
             # AppSecretArn: the application role's login, which the migrate function creates
             # (or re-grants) after the migrations; a new secret re-runs it.
             # Schema: REMINDERS_DB_SCHEMA, where the migrations put the tables; a new one
-            # re-runs them.
+            # re-runs them. OwnsDatabase: the database was created by this stack, so its
+            # database-wide defaults (PUBLIC's CREATE and TEMPORARY) are the service's to
+            # revoke; never in an existing one.
             properties={
                 "Fingerprint": migrations_fingerprint(),
                 "AppSecretArn": app_secret_arn,
                 "Schema": schema,
+                "OwnsDatabase": "true" if owns_database else "false",
             },
         )
         # Wait until the proxy and its target group exist: migrate connects through them.

@@ -126,6 +126,9 @@ def test_the_migrations_resource_names_the_app_secret(default: Synthesized) -> N
     _, app = _secret_ids(default)
     _, migration = _migration(default)
     assert migration["Properties"]["AppSecretArn"] == {"Ref": app}
+    # The stack created the database: the migrate function may revoke PUBLIC's database-wide
+    # CREATE and TEMPORARY there (never in an existing database, where the property is absent).
+    assert migration["Properties"]["OwnsDatabase"] == "true"
 
 
 def test_the_app_role_grants_rerun_when_the_migrate_handler_changes(tmp_path: Path) -> None:

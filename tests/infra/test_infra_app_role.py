@@ -16,9 +16,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from functions.migrate.handler import _app_login, ensure_app_role
+from functions.migrate.handler import _app_login, _owns_database, ensure_app_role
 from reminders import db
 from reminders.db import migrate
+from reminders.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def deployment(pg_server: str) -> Iterator[Deployment]:
 def _create(deployment: Deployment, *, set_password: bool = True) -> bool:
     with db.connect(deployment.master_url) as master:
         return ensure_app_role(
-            master, deployment.app_user, "app-pw", set_password=set_password
+            master, deployment.app_user, "app-pw", set_password=set_password, owns_database=True
         )
 
 
@@ -193,3 +194,69 @@ def test_the_password_is_set_on_create_and_when_the_secret_changes(
     assert _app_login(same) == ("app", "pw-of-arn:1", False)
     assert _app_login(moved) == ("app", "pw-of-arn:2", True)
     assert _app_login({"RequestType": "Create", "ResourceProperties": {}}) is None
+
+
+
+@pytest.fixture
+def shop(deployment: Deployment, pg_server: str) -> Iterator[str]:
+    """An application's own login in the same database, with a schema of its own and the
+    defaults an application may rely on: PUBLIC may make temporary tables and create in
+    ``public``. Yields its connection URL."""
+    login = f"shop_{deployment.app_user}"
+    role = sql.Identifier(login)
+    with db.connect(pg_server) as superuser:
+        superuser.execute(sql.SQL("create role {} login password 'shop-pw'").format(role))
+    with db.connect(make_conninfo(pg_server, dbname=deployment.database)) as in_db:
+        in_db.execute(sql.SQL("grant temporary on database {} to public").format(
+            sql.Identifier(deployment.database)))
+        in_db.execute("grant create on schema public to public")
+        in_db.execute(sql.SQL("create schema shop authorization {}").format(role))
+    try:
+        yield make_conninfo(deployment.master_url, user=login, password="shop-pw")
+    finally:
+        with db.connect(make_conninfo(pg_server, dbname=deployment.database)) as in_db:
+            in_db.execute(sql.SQL("drop owned by {}").format(role))
+        with db.connect(pg_server) as superuser:
+            superuser.execute(sql.SQL("drop role {}").format(role))
+
+
+def _creates_its_own_tables(url: str) -> None:
+    with db.connect(url, schema="shop") as conn, conn.transaction():
+        conn.execute("create table shop.bookings (id int)")
+        conn.execute("create table public.orders (id int)")
+        conn.execute("create temporary table scratch (id int)")
+
+
+@pytest.mark.parametrize("schema", ["reminders", "public"])
+def test_an_application_in_the_same_database_keeps_its_rights(
+    deployment: Deployment, shop: str, schema: str
+) -> None:
+    """The service's schema installed into an application's existing database: the
+    migrations and the role's grants change nothing outside the service's schema."""
+    with db.connect(deployment.master_url) as master:
+        migrate.apply(master, schema)
+        ensure_app_role(master, deployment.app_user, "app-pw", set_password=True,
+                        owns_database=False, schema=schema)
+    _creates_its_own_tables(shop)
+    if schema != "public":  # in `public` the application decides (here: anyone creates)
+        with db.connect(deployment.app_url, schema=schema) as app:
+            _refused(app, f"create table {schema}.mine (id int)")
+            _refused(app, "create schema mine")
+            _refused(app, "alter table deliveries add column extra int")
+
+
+def test_in_a_database_the_stack_created_nobody_else_creates(
+    deployment: Deployment, shop: str
+) -> None:
+    _create(deployment)
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _creates_its_own_tables(shop)
+
+
+def test_only_the_stack_says_it_owns_the_database() -> None:
+    assert _owns_database({"ResourceProperties": {"OwnsDatabase": "true"}}) is True
+    assert _owns_database({"ResourceProperties": {"OwnsDatabase": "false"}}) is False
+    assert _owns_database({"ResourceProperties": {}}) is False
+    assert _owns_database({}) is False
+    with pytest.raises(ConfigError, match="OwnsDatabase"):
+        _owns_database({"ResourceProperties": {"OwnsDatabase": "yes"}})

@@ -179,6 +179,8 @@ def test_an_existing_database_gets_no_instance_proxy_or_network(
         assert function["Properties"]["VpcConfig"]["SubnetIds"] == subnets.split(","), name
     _, migration = _migration(synth)
     assert migration["Properties"]["Schema"] == "reminders_svc"
+    # An application database keeps its database-wide privileges: PUBLIC's are not revoked.
+    assert migration["Properties"]["OwnsDatabase"] == "false"
     # The given secret serves the migrations only.
     given = str(EXISTING_DB_CONTEXT["existingDbSecretArn"])
     assert _variables(synth, "migrate")["REMINDERS_DB_SECRET_ARN"] == given
