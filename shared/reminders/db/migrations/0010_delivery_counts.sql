@@ -8,6 +8,9 @@
 -- deadlock cycle with the deliveries' own row locks. The scanner folds those rows into shard 0
 -- (`delivery_counts_compact`, skipping rows a live transaction holds); readers sum the shards.
 -- The counts are exact at any snapshot: a transaction's counter rows commit with its rows.
+-- The trigger functions resolve names on the writer's search_path (every service session and
+-- the SQL API's functions have the schema on it): a `set search_path` clause on them would
+-- cost a re-plan per statement, a third of a 100-row lease statement's time when measured.
 
 create table delivery_counts (
     tenant   text not null,
@@ -19,7 +22,7 @@ create table delivery_counts (
     primary key (tenant, kind, channel, state, shard)
 );
 create function delivery_counts_inserted() returns trigger
-language plpgsql set search_path from current as $$
+language plpgsql as $$
 begin
     insert into delivery_counts as c (tenant, kind, channel, state, shard, n)
     select x.tenant, s.kind, x.channel, x.state, pg_backend_pid(), sum(x.n)
@@ -33,7 +36,7 @@ begin
 end $$;
 
 create function delivery_counts_deleted() returns trigger
-language plpgsql set search_path from current as $$
+language plpgsql as $$
 begin
     insert into delivery_counts as c (tenant, kind, channel, state, shard, n)
     select x.tenant, s.kind, x.channel, x.state, pg_backend_pid(), -sum(x.n)
@@ -49,7 +52,7 @@ end $$;
 -- Only rows whose counted columns changed count (a lease marked received, an attempt started:
 -- nothing to add, and no upsert).
 create function delivery_counts_updated() returns trigger
-language plpgsql set search_path from current as $$
+language plpgsql as $$
 begin
     insert into delivery_counts as c (tenant, kind, channel, state, shard, n)
     select x.tenant, s.kind, x.channel, x.state, pg_backend_pid(), sum(x.n)
@@ -70,7 +73,7 @@ begin
 end $$;
 
 create function delivery_counts_truncated() returns trigger
-language plpgsql set search_path from current as $$
+language plpgsql as $$
 begin
     delete from delivery_counts;
     return null;
