@@ -12,7 +12,9 @@ what it thinks happened.
     deduplicates, so an effect here is a 2xx answer (what a receiver that ignores the key would
     have acted on). A second one is allowed only for a same-key resend the ledger shows: an
     attempt whose outcome is ``unknown``, or more than one attempt. Every request the receiver
-    saw must also have its attempt in the ledger (the attempt is written before the send).
+    saw must also have its attempt in the ledger (the attempt is written before the send);
+(f) the counts ``status`` and the console read (``delivery_counts``, kept by triggers) equal a
+    count of the deliveries by tenant, kind, channel and state.
 
 :func:`unsettled` is (e), for after recovery: every delivery due at or before ``now`` has an
 outcome (sent, failed, suppressed, stale, unknown, dead) or is held by a live lease.
@@ -46,7 +48,7 @@ class Violation:
 
 def check(conn: db.Connection, *, now: datetime,
           receiver_stats: Mapping[str, Any] | None = None) -> list[Violation]:
-    """(a)-(d) at ``now``, as structured findings."""
+    """(a)-(d) and (f) at ``now``, as structured findings."""
     found: list[Violation] = []
     params = {"now": now, "tick_seconds": TICK_SECONDS}
     for row in db.fetch_all(conn, "check_leases_past_expiry", params, source=CHECKS):
@@ -69,6 +71,11 @@ def check(conn: db.Connection, *, now: datetime,
             "attempts over budget", row["delivery_key"],
             f"{row['attempts']} attempts in the ledger; kind {row['kind']} allows "
             f"{row['max_attempts']}"))
+    for row in db.fetch_all(conn, "check_delivery_counts", source=CHECKS):
+        group = f"{row['tenant']}/{row['kind']}/{row['channel']}/{row['state']}"
+        found.append(Violation(
+            "counts differ from the rows", group,
+            f"delivery_counts says {row['kept']}, the deliveries number {row['actual']}"))
     if receiver_stats is not None:
         found += _receiver_findings(conn, receiver_stats)
     return found
@@ -108,7 +115,8 @@ def _receiver_findings(conn: db.Connection, stats: Mapping[str, Any]) -> list[Vi
 
 def violations(conn: db.Connection, *, now: datetime,
                receiver_stats: Mapping[str, Any] | None = None) -> list[str]:
-    """(a)-(d) at ``now``: one readable line per violation, naming the delivery key."""
+    """(a)-(d) and (f) at ``now``: one readable line per violation, naming the delivery key
+    (for (f), the group)."""
     return [str(v) for v in check(conn, now=now, receiver_stats=receiver_stats)]
 
 

@@ -25,6 +25,8 @@ from reminders.runtime import Runtime
 _SCANNER_LOCK = 0x5343414E
 OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
+# Counter rows (delivery_counts, one per group and backend that wrote it) folded a tick at most.
+COUNTS_FOLD_BATCH = 10_000
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -114,6 +116,7 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
         purged = db.fetch_one(conn, "retention_purge", {
             "now": now, "limit": limits.retention_batch}) or {}
         summary.purged = int(purged.get("deliveries") or 0)
+    fold_counts(conn)
     overdue = db.fetch_one(conn, "oldest_overdue", {"now": now, "cap": OVERDUE_COUNT_CAP}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
@@ -173,6 +176,15 @@ def _live_leases(conn: db.Connection) -> int:
     """Counted only when the tick's own count says the budget is full: never more rows than
     the budget."""
     return int((db.fetch_one(conn, "live_leases") or {}).get("n") or 0)
+
+
+def fold_counts(conn: db.Connection) -> int:
+    """Fold the counter rows backends wrote into one row per group, each statement on its own
+    (the connection is in autocommit); every tick, even a busy one, so status reads stay
+    O(groups). Returns how many rows were folded."""
+    folded = db.fetch_one(conn, "delivery_counts_fold", {"limit": COUNTS_FOLD_BATCH}) or {}
+    db.execute(conn, "delivery_counts_drop_zeros", {"limit": COUNTS_FOLD_BATCH})
+    return int(folded.get("rows") or 0)
 
 
 def advance_series(rt: Runtime, conn: db.Connection, now: datetime,

@@ -43,6 +43,7 @@ from reminders.recurrence import Recurrence
 from reminders.runtime import build_channels
 from tests.bench import pgq
 from tests.bench.console import bench_console
+from tests.bench.counts import bench_counts_trigger
 from tests.bench.support import (
     NOW,
     URL,
@@ -769,6 +770,7 @@ def main() -> int:
         figure("recurrence", bench_recurrence)
         figure("cold_start", bench_cold_start)
         figure("console", lambda: bench_console(server))
+        figure("counts_trigger", lambda: bench_counts_trigger(server))
     results["total_s"] = time.perf_counter() - started
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(rounded(results), indent=2))

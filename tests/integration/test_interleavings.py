@@ -30,6 +30,7 @@ from reminders import config, consumer, db, operator, redrive, scanner, schedule
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
+from reminders.db.queries import CHECKS
 from reminders.errors import Conflict, InvalidInput
 from reminders.queue import LeaseMessage, Rejected, parse_body
 from reminders.runtime import Runtime
@@ -332,6 +333,10 @@ def violations(world: World, case: Case) -> list[str]:
             found.append(f"{key}: an attempt is still open after the system went quiet")
         if len(attempts) > row["max_attempts"]:
             found.append(f"{key}: {len(attempts)} attempts, budget {row['max_attempts']}")
+    # The counts status reads, kept by triggers while both actors wrote, equal the rows.
+    for group in db.fetch_all(world.app, "check_delivery_counts", source=CHECKS):
+        found.append(f"counts of {group['tenant']}/{group['kind']}/{group['channel']}/"
+                     f"{group['state']}: kept {group['kept']}, rows {group['actual']}")
     return found
 
 

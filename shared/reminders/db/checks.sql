@@ -38,6 +38,23 @@ group by d.id, d.delivery_key, d.attempts_base, k.name, k.max_attempts
 having count(*) > k.max_attempts + d.attempts_base
 order by d.delivery_key;
 
+-- name: check_delivery_counts
+-- (f) The counts `status` and the console read (delivery_counts, its shards summed, migration
+-- 0010) equal a count of the rows, group by group: every mismatch, either side missing.
+with kept as (
+    select tenant, kind, channel, state, sum(n)::bigint as n from delivery_counts
+    group by tenant, kind, channel, state
+    having sum(n) <> 0
+), actual as (
+    select d.tenant, s.kind, d.channel, d.state, count(*) as n
+    from deliveries d join schedules s on s.id = d.schedule_id
+    group by d.tenant, s.kind, d.channel, d.state
+)
+select tenant, kind, channel, state, coalesce(k.n, 0) as kept, coalesce(a.n, 0) as actual
+from kept k full join actual a using (tenant, kind, channel, state)
+where k.n is distinct from a.n
+order by tenant, kind, channel, state;
+
 -- name: check_ledger_of_keys
 -- (d) What the ledger says about the keys a receiver saw: attempts, and whether one of them
 -- may have sent without recording it.

@@ -1,0 +1,64 @@
+"""What the counters of ``delivery_counts`` (migration 0010) cost the hot path: the scanner's
+lease statement (a pass of 100) and a consumer batch's three writes (mark received, start the
+attempts, settle; 10 rows), timed with the counting triggers enabled and disabled in
+alternation on one database, so the machine's noise falls on both sides alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+from reminders import db
+from tests.bench.support import NOW, backlog, fresh_db
+
+ROUNDS = 60  # alternating: 30 with the triggers, 30 without
+LEASE_BATCH = 100
+CONSUMER_BATCH = 10
+
+
+def bench_counts_trigger(server: str) -> dict[str, Any]:
+    conn, _ = fresh_db(server, "bench_counts")
+    backlog(conn, due_rows=ROUNDS * LEASE_BATCH + 1_000, done_rows=100_000)
+    spent: dict[str, list[float]] = {f"{what}_{side}": [] for what in ("lease", "consumer")
+                                     for side in ("on", "off")}
+    now = NOW
+    for n in range(ROUNDS + 2):
+        side = "on" if n % 2 == 0 else "off"
+        conn.execute(f"alter table deliveries {'enable' if side == 'on' else 'disable'} "
+                     "trigger user")
+        start = time.perf_counter()
+        leased = db.fetch_all(conn, "lease_due", {"now": now, "share": LEASE_BATCH,
+                                                  "batch": LEASE_BATCH, "lease_seconds": 300})
+        lease_s = time.perf_counter() - start
+        consumer_s = 0.0
+        for i in range(0, len(leased), CONSUMER_BATCH):
+            part = leased[i:i + CONSUMER_BATCH]
+            ids = [r["id"] for r in part]
+            tokens = [r["lease_token"] for r in part]
+            start = time.perf_counter()
+            db.execute(conn, "deliveries_mark_received", {"ids": ids, "tokens": tokens})
+            with db.transaction(conn):
+                db.fetch_all(conn, "attempts_start", {
+                    "now": now, "ids": ids, "tokens": tokens,
+                    "deadlines": [now + timedelta(seconds=30)] * len(ids)})
+            db.fetch_all(conn, "deliveries_settle", {
+                "now": now, "ids": ids, "tokens": tokens, "states": ["sent"] * len(ids),
+                "reasons": [None] * len(ids), "due_ats": [None] * len(ids),
+                "attempt_nos": [1] * len(ids)})
+            consumer_s += time.perf_counter() - start
+        if n >= 2:  # the first of each side warms up
+            spent[f"lease_{side}"].append(lease_s * 1000)
+            spent[f"consumer_{side}"].append(consumer_s * 1000 / (len(leased) / CONSUMER_BATCH))
+    conn.execute("alter table deliveries enable trigger user")
+    conn.close()
+    med = {k: statistics.median(v) for k, v in spent.items()}
+    return {
+        "lease_100_ms_with_counts": med["lease_on"],
+        "lease_100_ms_without": med["lease_off"],
+        "lease_with_over_without": med["lease_on"] / med["lease_off"],
+        "consumer_writes_10_ms_with_counts": med["consumer_on"],
+        "consumer_writes_10_ms_without": med["consumer_off"],
+        "consumer_with_over_without": med["consumer_on"] / med["consumer_off"],
+    }
