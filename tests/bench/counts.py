@@ -1,4 +1,4 @@
-"""What the counters of ``delivery_counts`` (migration 0010) cost the hot path: the scanner's
+"""What the counters of ``delivery_counts`` (migration 0011) cost the hot path: the scanner's
 lease statement (a pass of 100) and a consumer batch's three writes (mark received, start the
 attempts, settle; 10 rows), timed with the counting triggers enabled and disabled in
 alternation on one database, so the machine's noise falls on both sides alike."""

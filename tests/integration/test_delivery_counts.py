@@ -1,5 +1,5 @@
 """The counts `status` and the console read (``delivery_counts``, kept by triggers on
-deliveries, migration 0010) equal a count of the rows after every kind of state change the
+deliveries, migration 0011) equal a count of the rows after every kind of state change the
 service makes, driven through the real scanner, consumer, application API and operator paths;
 and a counter never makes one transaction wait for another."""
 

@@ -40,7 +40,7 @@ order by d.delivery_key;
 
 -- name: check_delivery_counts
 -- (f) The counts `status` and the console read (delivery_counts, its shards summed, migration
--- 0010) equal a count of the rows, group by group: every mismatch, either side missing.
+-- 0011) equal a count of the rows, group by group: every mismatch, either side missing.
 with kept as (
     select tenant, kind, channel, state, sum(n)::bigint as n from delivery_counts
     group by tenant, kind, channel, state

@@ -552,7 +552,7 @@ from unnest(%(tenants)s::text[], %(ids)s::bigint[], %(events)s::text[], %(detail
 -- name: status_breakdown
 -- CROSS-TENANT unless a tenant is given: the operator's view, counts by tenant, kind, channel
 -- and state (`status` and the console's overview both read it). Read off `delivery_counts`,
--- which the deliveries' own writes keep (migration 0010): O(groups × backends that wrote since
+-- which the deliveries' own writes keep (migration 0011): O(groups × backends that wrote since
 -- the scanner last folded them), whatever the table holds. Exact at this statement's snapshot.
 select tenant, kind, channel, state, sum(n)::bigint as n
 from delivery_counts
