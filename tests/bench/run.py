@@ -42,6 +42,7 @@ from reminders.observability import logger
 from reminders.recurrence import Recurrence
 from reminders.runtime import build_channels
 from tests.bench import pgq
+from tests.bench.cold_start import bench_cold_start
 from tests.bench.support import (
     NOW,
     URL,
@@ -670,33 +671,6 @@ def bench_recurrence() -> Figures:
     step = timed(lambda: [rec.next_after(NOW + timedelta(days=i)) for i in range(200)])
     return {"occurrences_per_second_in_one_call": n / seconds,
             "next_after_calls_per_second": 200 / step}
-
-
-NAIVE_HANDLER = ("import boto3, psycopg; "
-                 "from aws_lambda_powertools import Logger, Metrics, Tracer; "
-                 "Logger(service='naive'); Metrics(namespace='naive')")
-
-
-def bench_cold_start() -> Figures:
-    """Importing each handler in a fresh process (best of 3), against importing boto3 alone
-    and against a naive handler that imports Powertools, boto3 and psycopg."""
-
-    def import_ms(code: str) -> float:
-        timing = (f"import time; t = time.perf_counter(); {code}; "
-                  "print((time.perf_counter() - t) * 1000)")
-        runs = [float(subprocess.run([sys.executable, "-c", timing], capture_output=True,
-                                     text=True, check=True).stdout) for _ in range(3)]
-        return min(runs)
-
-    figures: Figures = {"goal": "handler_over_naive <= 0.33",
-                        "boto3_ms": import_ms("import boto3"),
-                        "naive_handler_ms": import_ms(NAIVE_HANDLER)}
-    for name in ("scanner", "consumer", "redrive"):
-        took = import_ms(f"import functions.{name}.handler")
-        figures[f"{name}_handler_ms"] = took
-        figures[f"{name}_over_boto3"] = took / figures["boto3_ms"]
-        figures[f"{name}_over_naive"] = took / figures["naive_handler_ms"]
-    return figures
 
 
 # ---------------------------------------------------------------- the run
