@@ -94,12 +94,11 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     queued = rt.deliveries.depth()
     summary.queued_before = queued
 
-    def reclaim() -> list[db.Row]:
-        with db.transaction(conn):
-            return db.fetch_all(conn, "lease_reclaim_expired", {
-                "now": now, "idempotent_channels": rt.idempotent_channels,
-                "max_empty_leases": limits.max_empty_leases,
-                "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
+    def reclaim() -> list[db.Row]:  # one statement, atomic alone: no BEGIN and COMMIT trips
+        return db.fetch_all(conn, "lease_reclaim_expired", {
+            "now": now, "idempotent_channels": rt.idempotent_channels,
+            "max_empty_leases": limits.max_empty_leases,
+            "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
 
     for row in db.retrying(reclaim):
         summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
@@ -127,6 +126,7 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
     at once."""
     limits = rt.settings.limits
     live = _live_leases(conn)
+    tenants: int | None = None  # tenants that may have due work: probed once, then each pass says
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
         room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
@@ -134,8 +134,12 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
             room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0 or time.monotonic() >= deadline:
             return
-        tenants = db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {}
-        share = -(-room // max(1, int(tenants.get("n") or 0)))  # ceil: every tenant gets one
+        if tenants is None:
+            tenants = int((db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {})
+                          .get("n") or 0)
+        if tenants == 0:
+            return  # nothing is due
+        share = -(-room // tenants)  # ceil: every tenant gets one
 
         def lease(n: int = room, share: int = share) -> list[db.Row]:
             # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
@@ -146,9 +150,10 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
         if not leased:
             return
         summary.passes += 1
-        leased.sort(key=lambda r: (r["due_at"], r["id"]))
+        tenants = int(leased[0]["tenants_left"])
+        leased.sort(key=_lease_order)
         summary.leased += len(leased)
-        messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
+        messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
         rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
         summary.published += len(messages) - len(rejected)
         live += len(leased)
@@ -162,8 +167,10 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
                 "rejected": len(rejected), "released": released,
                 "first_reason": rejected[0].reason})
             return  # the queue is refusing: try again next tick
-        if len(leased) < room and share >= room:
-            return  # nothing more is due (or the rest is held by other transactions)
+
+
+def _lease_order(row: db.Row) -> tuple[Any, Any]:
+    return row["due_at"], row["id"]
 
 
 def _live_leases(conn: db.Connection) -> int:

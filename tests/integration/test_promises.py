@@ -383,6 +383,27 @@ def test_a_tick_drains_until_the_budget_is_full(harness: Harness, database_url: 
     assert out["leased"] == 0
 
 
+def test_a_tick_probes_the_tenants_once_and_shares_each_pass_among_those_still_due(
+        harness: Harness, database_url: str) -> None:
+    """Each pass says how many tenants may have due work left (one that offered a full share,
+    or more than the pass took), so the tick probes every tenant once, not once a pass."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    schedule_webhook(h, "big", tenant="big", recipients=[f"p{i}" for i in range(25)])
+    schedule_webhook(h, "small", tenant="small", recipients=["a", "b"])
+    statements: list[str] = []
+    db.before_statement = statements.append
+    try:
+        out = tick(h)
+    finally:
+        db.before_statement = None
+    assert out["leased"] == 27
+    assert statements.count("tenants_with_due_work") == 1
+    # Shares of 5 (both tenants: 5 + 2), then 10 and 10 (big alone); big's last pass offered
+    # a full share, so one more statement finds nothing.
+    assert (out["passes"], statements.count("lease_due")) == (3, 4)
+
+
 def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
         harness: Harness) -> None:
     h = harness
