@@ -25,6 +25,11 @@ from reminders.runtime import Runtime
 _SCANNER_LOCK = 0x5343414E
 OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
+# Each pass leases what is due by the clock as it reads then, so a reminder falling due while a
+# tick drains goes out in the next pass, not the next tick. Tenants that fell due since the
+# last count are offered the same share as the others; they are counted again once the clock
+# has moved this far since the last count (and every pass reports those still due).
+RECOUNT_TENANTS_SECONDS = 1.0
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -105,18 +110,20 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
         summary.poisoned += row["state"] == "dead" and not row["tried"]
     advance_series(rt, conn, now, summary)
 
-    drain(rt, conn, now, summary, queued, deadline)
+    drain(rt, conn, summary, queued, deadline)
     if time.monotonic() < deadline:  # housekeeping only with time left over
         purged = db.fetch_one(conn, "retention_purge", {
             "now": now, "limit": limits.retention_batch}) or {}
         summary.purged = int(purged.get("deliveries") or 0)
-    overdue = db.fetch_one(conn, "oldest_overdue", {"now": now, "cap": OVERDUE_COUNT_CAP}) or {}
+    # Lateness as it stands when the tick ends (a drain may have taken most of a minute).
+    overdue = db.fetch_one(conn, "oldest_overdue", {
+        "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
 
 
-def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary, queued: int,
+def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
           deadline: float) -> None:
     """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
     or the tick's time is spent. Each pass is fair across tenants. The budget counts the larger
@@ -126,7 +133,8 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
     at once."""
     limits = rt.settings.limits
     live = _live_leases(conn)
-    tenants: int | None = None  # tenants that may have due work: probed once, then each pass says
+    tenants = 0  # tenants that may have due work: counted, then each pass says
+    counted_at: datetime | None = None
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
         room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
@@ -134,14 +142,16 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
             room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0 or time.monotonic() >= deadline:
             return
-        if tenants is None:
+        now = rt.clock.now()
+        if counted_at is None or (now - counted_at).total_seconds() >= RECOUNT_TENANTS_SECONDS:
             tenants = int((db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {})
                           .get("n") or 0)
+            counted_at = now
         if tenants == 0:
             return  # nothing is due
         share = -(-room // tenants)  # ceil: every tenant gets one
 
-        def lease(n: int = room, share: int = share) -> list[db.Row]:
+        def lease(n: int = room, share: int = share, now: datetime = now) -> list[db.Row]:
             # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
             return db.fetch_all(conn, "lease_due", {
                 "now": now, "batch": n, "share": share, "lease_seconds": limits.lease_seconds})
