@@ -222,12 +222,36 @@ def bench_tick(server: str, pgqueuer: pgq.PgQueuer | None, claim_tpl: str) -> Fi
         figures["pgqueuer_dequeue_rows_per_s"] = per_tick / median["pgqueuer"]
         figures["tick_over_pgqueuer"] = median["pgqueuer"] / median[100_000]
         figures["pgqueuer_over_bare_claim"] = median["bare"] / median["pgqueuer"]
+    if pgqueuer is not None:
+        figures.update(at_deployed_batch(scanners[100_000], pgqueuer))
     figures.update(live_leases_cost(scanners[100_000]))
     for warm in scanners.values():
         warm.close()
     figures["tick_with_50k_live_over_none"] = (figures["tick_ms_with_50k_live_leases"]
                                                / figures["tick_ms_100k_backlog"])
     return figures
+
+
+def at_deployed_batch(warm: WarmScanner, pgqueuer: pgq.PgQueuer, batch: int = 1000,
+                      rounds: int = 7) -> Figures:
+    """The same comparison at the deployed ``scanBatch`` (1,000): ticks of 10 passes of 1,000
+    on the 100,000 backlog, against 10 PgQueuer dequeues of 1,000, in alternation."""
+    per_tick = 10 * batch
+    warm.rt.settings = replace(warm.rt.settings, limits=replace(
+        warm.rt.settings.limits, scan_batch=batch, inflight_budget=per_tick))
+    ticks: list[float] = []
+    dequeues: list[float] = []
+    for i in range(rounds + 1):
+        leased, took = warm.tick()
+        assert leased == per_tick, leased
+        spent = timed(lambda: [pgqueuer.dequeue(batch) for _ in range(10)])
+        if i:  # round 0 warms up
+            ticks.append(took)
+            dequeues.append(spent)
+    tick, dequeue = statistics.median(ticks), statistics.median(dequeues)
+    return {"batch_1000_tick_rows_per_s": per_tick / tick,
+            "batch_1000_pgqueuer_rows_per_s": per_tick / dequeue,
+            "batch_1000_tick_over_pgqueuer": dequeue / tick}
 
 
 def live_leases_cost(warm: WarmScanner) -> Figures:
@@ -242,7 +266,7 @@ def live_leases_cost(warm: WarmScanner) -> Figures:
                       {"until": NOW + timedelta(minutes=5), "n": live})
     counted = timed(lambda: db.fetch_one(warm.conn, "live_leases"))
     warm.rt.settings = replace(warm.rt.settings, limits=replace(
-        warm.rt.settings.limits, inflight_budget=live + per_tick))
+        warm.rt.settings.limits, scan_batch=BATCH, inflight_budget=live + per_tick))
     start = time.perf_counter()
     leased = scanner.tick(warm.rt).leased
     took = time.perf_counter() - start
@@ -596,10 +620,10 @@ def start_pgqueuer(server: str) -> tuple[pgq.PgQueuer | None, Figures]:
         return None, {"skipped": reason}
     url = db.create_database(server, "bench_pgqueuer")
     queue = pgq.PgQueuer(url)
-    queue.fill(100_000)
+    queue.fill(200_000)  # batches of 100, then of 1,000 (at_deployed_batch)
     for _ in range(5):
         queue.dequeue(BATCH)
-    return queue, {**pgq.versions(), "jobs_queued": 100_000, "batch": BATCH,
+    return queue, {**pgq.versions(), "jobs_queued": 200_000, "batch": BATCH,
                    "measured_in": "scanner_tick (alternating with the ticks)"}
 
 
