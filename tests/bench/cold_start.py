@@ -72,16 +72,25 @@ def stage(root: Path, *, bytecode: bool) -> list[Path]:
     return [code, layer]
 
 
-def best_ms(code: str, path: list[Path], env: dict[str, str], cwd: Path) -> float:
-    """The fastest of RUNS fresh processes (``-B``: nothing written back, as in Lambda)."""
+def run_ms(code: str, path: list[Path], env: dict[str, str], cwd: Path) -> float:
+    """One fresh process (``-B``: nothing written back, as in Lambda)."""
     timing = (f"import time; t = time.perf_counter(); {code}; "
               "print((time.perf_counter() - t) * 1000)")
     full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(map(str, path))}
     full.pop("PYTHONPYCACHEPREFIX", None)
-    runs = [float(subprocess.run([sys.executable, "-B", "-c", timing], capture_output=True,
-                                 text=True, check=True, env=full, cwd=cwd).stdout)
-            for _ in range(RUNS)]
-    return min(runs)
+    return float(subprocess.run([sys.executable, "-B", "-c", timing], capture_output=True,
+                                text=True, check=True, env=full, cwd=cwd).stdout)
+
+
+def best_ms(programs: dict[str, tuple[str, list[Path], dict[str, str]]],
+            cwd: Path) -> dict[str, float]:
+    """The fastest of RUNS processes for each program, the programs taking turns in every
+    round, so a neighbour's burst of load slows all of them alike."""
+    runs: dict[str, list[float]] = {key: [] for key in programs}
+    for _ in range(RUNS):
+        for key, (code, path, env) in programs.items():
+            runs[key].append(run_ms(code, path, env, cwd))
+    return {key: min(values) for key, values in runs.items()}
 
 
 def where_from(path: list[Path], cwd: Path) -> str:
@@ -100,21 +109,20 @@ def bench_cold_start() -> Figures:
         root = Path(tmp)
         paths = {"source": stage(root / "source", bytecode=False),
                  "compiled": stage(root / "compiled", bytecode=True)}
+        programs: dict[str, tuple[str, list[Path], dict[str, str]]] = {}
         for variant, path in paths.items():
             assert all(str(root / variant) in f for f in where_from(path, root).split())
-            ms = {"naive_import": best_ms(NAIVE_IMPORT, path, {}, root),
-                  "naive_init": best_ms(NAIVE_INIT, path, LAMBDA_ENV, root)}
+            programs[f"naive_import_ms_{variant}"] = (NAIVE_IMPORT, path, {})
+            programs[f"naive_init_ms_{variant}"] = (NAIVE_INIT, path, LAMBDA_ENV)
             for name in HANDLERS:
                 code = f"import functions.{name}.handler"
-                ms[f"{name}_import"] = best_ms(code, path, {}, root)
-                ms[f"{name}_init"] = best_ms(code, path, LAMBDA_ENV, root)
-            for key, value in ms.items():
-                figures[f"{key}_ms_{variant}"] = value
+                programs[f"{name}_import_ms_{variant}"] = (code, path, {})
+                programs[f"{name}_init_ms_{variant}"] = (code, path, LAMBDA_ENV)
         # The floor: what every handler needs whatever it trims (a connection and a client).
-        figures["psycopg_import_ms_compiled"] = best_ms("import psycopg", paths["compiled"],
-                                                        {}, root)
-        figures["boto3_import_and_client_ms"] = best_ms(
-            "import boto3; boto3.client('sqs')", [], LAMBDA_ENV, root)
+        programs["psycopg_import_ms_compiled"] = ("import psycopg", paths["compiled"], {})
+        programs["boto3_import_and_client_ms"] = ("import boto3; boto3.client('sqs')", [],
+                                                  LAMBDA_ENV)
+        figures.update(best_ms(programs, root))
     for name in HANDLERS:
         compiled, source = figures[f"{name}_init_ms_compiled"], figures[f"{name}_init_ms_source"]
         figures[f"{name}_over_naive"] = compiled / figures["naive_init_ms_compiled"]
