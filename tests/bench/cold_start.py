@@ -11,6 +11,7 @@ arm64; boto3 and botocore come from the venv, compiled (Lambda's runtime provide
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import site
 import subprocess
@@ -19,7 +20,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from infra.layer import compile_bytecode, stage_code
+from infra.layer import (
+    LAYER_REQUIREMENTS,
+    PYTHON_VERSION,
+    RUNTIME_PROVIDED,
+    bytecode_python,
+    compile_bytecode,
+    stage_code,
+)
 
 Figures = dict[str, Any]
 # What `python -m infra.layer` puts in the layer (boto3, botocore and s3transfer removed).
@@ -72,24 +80,25 @@ def stage(root: Path, *, bytecode: bool) -> list[Path]:
     return [code, layer]
 
 
-def run_ms(code: str, path: list[Path], env: dict[str, str], cwd: Path) -> float:
+def run_ms(code: str, path: list[Path], env: dict[str, str], cwd: Path,
+           python: str = sys.executable) -> float:
     """One fresh process (``-B``: nothing written back, as in Lambda)."""
     timing = (f"import time; t = time.perf_counter(); {code}; "
               "print((time.perf_counter() - t) * 1000)")
     full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(map(str, path))}
     full.pop("PYTHONPYCACHEPREFIX", None)
-    return float(subprocess.run([sys.executable, "-B", "-c", timing], capture_output=True,
+    return float(subprocess.run([python, "-B", "-c", timing], capture_output=True,
                                 text=True, check=True, env=full, cwd=cwd).stdout)
 
 
 def best_ms(programs: dict[str, tuple[str, list[Path], dict[str, str]]],
-            cwd: Path) -> dict[str, float]:
+            cwd: Path, python: str = sys.executable) -> dict[str, float]:
     """The fastest of RUNS processes for each program, the programs taking turns in every
     round, so a neighbour's burst of load slows all of them alike."""
     runs: dict[str, list[float]] = {key: [] for key in programs}
     for _ in range(RUNS):
         for key, (code, path, env) in programs.items():
-            runs[key].append(run_ms(code, path, env, cwd))
+            runs[key].append(run_ms(code, path, env, cwd, python))
     return {key: min(values) for key, values in runs.items()}
 
 
@@ -130,4 +139,54 @@ def bench_cold_start() -> Figures:
                                                        / figures["naive_import_ms_compiled"])
         figures[f"{name}_compiled_over_source"] = compiled / source
         figures[f"{name}_over_naive_source"] = compiled / figures["naive_init_ms_source"]
+    return figures
+
+
+def bench_cold_start_runtime_python() -> Figures:
+    """The same init figures with the Lambda runtime's Python (3.13), when one is found here:
+    the layer's requirements installed from PyPI for this machine's architecture, as source
+    and compiled by that interpreter; boto3, botocore and s3transfer apart and compiled (the
+    runtime provides them). Skipped, saying why, without a 3.13 or without PyPI."""
+    python = bytecode_python()
+    if python is None:
+        return {"skipped": f"no CPython {PYTHON_VERSION} found"}
+    arch = platform.machine()
+    with tempfile.TemporaryDirectory(prefix="reminders-cold313-") as tmp:
+        root = Path(tmp)
+        site_packages, runtime = root / "site", root / "var" / "runtime"
+        tags = [f"--platform={tag}_{arch}" for tag in ("manylinux_2_28", "manylinux_2_17",
+                                                         "manylinux2014")]
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--no-compile", *tags, "--only-binary=:all:", "--python-version", PYTHON_VERSION,
+             "--implementation", "cp", "--target", str(site_packages), *LAYER_REQUIREMENTS,
+             *RUNTIME_PROVIDED], capture_output=True, text=True, check=False)
+        if done.returncode:
+            return {"skipped": f"pip could not install the layer for {arch}: "
+                               f"{done.stderr.strip().splitlines()[-1:]}"}
+        runtime.mkdir(parents=True)
+        for name in RUNTIME_PROVIDED:
+            shutil.move(site_packages / name, runtime / name)
+        compile_bytecode(runtime, python)
+        paths: dict[str, list[Path]] = {}
+        for variant in ("source", "compiled"):
+            code, layer = root / variant / "task", root / variant / "opt" / "python"
+            stage_code(code, bytecode=False)
+            shutil.copytree(site_packages, layer)
+            if variant == "compiled":
+                for directory in (code, layer):
+                    compile_bytecode(directory, python)
+            paths[variant] = [code, layer, runtime]
+        programs: dict[str, tuple[str, list[Path], dict[str, str]]] = {}
+        for variant, path in paths.items():
+            programs[f"naive_init_ms_{variant}"] = (NAIVE_INIT, path, LAMBDA_ENV)
+            for name in HANDLERS:
+                programs[f"{name}_init_ms_{variant}"] = (f"import functions.{name}.handler",
+                                                         path, LAMBDA_ENV)
+        figures: Figures = {"python": PYTHON_VERSION, "machine": arch,
+                            **best_ms(programs, root, python)}
+    for name in HANDLERS:
+        compiled = figures[f"{name}_init_ms_compiled"]
+        figures[f"{name}_over_naive"] = compiled / figures["naive_init_ms_compiled"]
+        figures[f"{name}_compiled_over_source"] = compiled / figures[f"{name}_init_ms_source"]
     return figures

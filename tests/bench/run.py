@@ -41,7 +41,7 @@ from reminders.observability import logger
 from reminders.recurrence import Recurrence
 from reminders.runtime import build_channels
 from tests.bench import pgq
-from tests.bench.cold_start import bench_cold_start
+from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_python
 from tests.bench.cost import bench_cost
 from tests.bench.support import (
     NOW,
@@ -764,6 +764,7 @@ def main() -> int:
         figure("recheck", lambda: bench_recheck(server))
         figure("recurrence", bench_recurrence)
         figure("cold_start", bench_cold_start)
+        figure("cold_start_lambda_python", bench_cold_start_runtime_python)
         figure("cost", lambda: bench_cost(server))
     results["total_s"] = time.perf_counter() - started
     results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
