@@ -9,11 +9,18 @@ Every package comes at the version ``requirements/lock.txt`` pins (tzdata includ
 the venv installs. ``python -m infra.layer`` (``make layer``) builds the layer; synth reuses
 ``build/layer`` while it is current: the packages resolved into it (their ``.dist-info``) are
 exactly the pinned versions, and its stamp matches the platform and requirements below.
+
+Both carry byte code compiled by a CPython of the runtime's version (3.13) found on this
+machine, as unchecked-hash ``.pyc`` files: Lambda's file system is read-only, so byte code it
+cannot find beside the source is compiled again on every cold start, and unchecked-hash files
+are used without comparing them to the source's time stamps (which a zip does not keep). With
+no such interpreter here, both ship source only and the build says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -69,6 +76,7 @@ LAYER_REQUIREMENTS: tuple[str, ...] = (
 # aws-xray-sdk would shadow the runtime's and could mismatch its boto3, so it is removed.
 RUNTIME_PROVIDED: tuple[str, ...] = ("boto3", "botocore", "s3transfer")
 STAMP_NAME = ".requirements-stamp"
+BYTECODE_STAMP = ".bytecode-stamp"
 CODE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
 # Parts of the package no function imports: the operator's web console (its libraries are the
 # `console` extra, never in the layer).
@@ -151,6 +159,7 @@ def _remove_runtime_provided(site_packages: Path) -> None:
 def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:
     """Install the layer's packages into ``target/python`` and return ``target``."""
     if not force and layer_is_current(target):
+        ensure_bytecode(target)
         return target
     if target.exists():
         shutil.rmtree(target)
@@ -164,11 +173,71 @@ def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:
     if reasons:  # the lock must cover the layer too: `make lock` resolves it with the rest
         raise SystemExit("the layer is not the pinned set: " + "; ".join(reasons))
     (target / STAMP_NAME).write_text(_stamp() + "\n")
+    ensure_bytecode(target)
     return target
 
 
-def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
-    """Copy ``functions/`` and ``shared/reminders`` into one fresh directory."""
+def bytecode_python() -> str | None:
+    """A CPython of the Lambda runtime's version here: ``REMINDERS_BYTECODE_PYTHON``, else
+    ``python3.13`` on the PATH, else one installed by pyenv or uv. None if there is none."""
+    named = os.environ.get("REMINDERS_BYTECODE_PYTHON")
+    candidates: list[str | None] = [named] if named else []
+    candidates.append(shutil.which(f"python{PYTHON_VERSION}"))
+    for root in (Path.home() / ".pyenv" / "versions",
+                 Path.home() / ".local" / "share" / "uv" / "python"):
+        candidates += [str(p) for p in sorted(root.glob(f"*{PYTHON_VERSION}*/bin/"
+                                                        f"python{PYTHON_VERSION}"))]
+    for candidate in candidates:
+        if candidate and _python_version(candidate) == PYTHON_VERSION:
+            return candidate
+    if named:
+        raise SystemExit(f"REMINDERS_BYTECODE_PYTHON={named} is not a CPython {PYTHON_VERSION}")
+    return None
+
+
+def _python_version(executable: str) -> str | None:
+    try:
+        done = subprocess.run(
+            [executable, "-c", "import sys; print(sys.implementation.name, "
+                               "'%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    name, _, version = done.stdout.strip().partition(" ")
+    return version if done.returncode == 0 and name == "cpython" else None
+
+
+def compile_bytecode(directory: Path, python: str) -> None:
+    """Compile every ``.py`` under ``directory`` with ``python`` into unchecked-hash ``.pyc``
+    files (used without looking at the source or its time stamp, which a zip does not keep).
+    A file that does not compile fails the build."""
+    subprocess.run([python, "-m", "compileall", "-q", "-j", "0",
+                    "--invalidation-mode", "unchecked-hash", str(directory)],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def ensure_bytecode(target: Path, *, python: str | None = None) -> bool:
+    """Compile ``target`` (the layer: its ``python`` directory) unless its byte code is there
+    already. False, with a warning on stderr, when no CPython of the runtime's version is
+    found: the layer then ships source, compiled on each cold start."""
+    stamp = target / BYTECODE_STAMP
+    if stamp.is_file():
+        return True
+    python = python or bytecode_python()
+    if python is None:
+        print(f"warning: no CPython {PYTHON_VERSION} found (set REMINDERS_BYTECODE_PYTHON); "
+              f"{target} ships without byte code, so every Lambda cold start compiles it",
+              file=sys.stderr)
+        return False
+    compile_bytecode(target / "python", python)
+    stamp.write_text(f"{PYTHON_VERSION}\n")
+    return True
+
+
+def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT, *,
+               bytecode: bool = True) -> Path:
+    """Copy ``functions/`` and ``shared/reminders`` into one fresh directory, with their byte
+    code for the runtime's Python (when one is found here)."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -182,6 +251,12 @@ def stage_code(target: Path = CODE_DIR, source: Path = REPO_ROOT) -> Path:
         return skipped
 
     shutil.copytree(package, target / "reminders", ignore=ignore)
+    python = bytecode_python() if bytecode else None
+    if python is not None:
+        compile_bytecode(target, python)
+    elif bytecode:
+        print(f"warning: no CPython {PYTHON_VERSION} found (set REMINDERS_BYTECODE_PYTHON); "
+              f"the code asset ships without byte code", file=sys.stderr)
     return target
 
 

@@ -166,7 +166,7 @@ class Settings:
     consumer_memory_mib: int = 1769  # one full vCPU: a batch's TLS handshakes run together
     scan_batch: int = 1000
     scan_seconds: int = 0  # 0: derived from the scanner timeout and the tick period
-    publish_concurrency: int = 10  # boto3's connection pool holds 10 connections
+    publish_concurrency: int = 10  # SendMessageBatch calls in flight (the pool holds 64)
     inflight_budget: int = 0  # 0: derived from what the consumers can take
     inflight_factor: int = 4
     send_timeout_seconds: int = 15

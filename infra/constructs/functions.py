@@ -18,7 +18,7 @@ from constructs import Construct
 from infra.constructs.database import Database, ExistingDatabase
 from infra.constructs.network import Network
 from infra.constructs.queues import Queues
-from infra.layer import STAMP_NAME, build_layer, stage_code
+from infra.layer import BYTECODE_STAMP, STAMP_NAME, build_layer, stage_code
 from infra.nag import acknowledge
 from infra.settings import Settings, SettingsError, retention_days
 
@@ -135,7 +135,7 @@ class Functions(Construct):
         self.layer = lambda_.LayerVersion(
             self,
             "Dependencies",
-            code=lambda_.Code.from_asset(str(build_layer()), exclude=[STAMP_NAME]),
+            code=lambda_.Code.from_asset(str(build_layer()), exclude=[STAMP_NAME, BYTECODE_STAMP]),
             compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE],
             description="psycopg (binary), cryptography, tzdata, python-dateutil, Powertools "

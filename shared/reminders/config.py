@@ -37,7 +37,7 @@ class Limits:
     send_concurrency: int = 10     # sends of one batch in flight together
     max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
     scan_seconds: int = 30         # a scanner tick drains for this long at most
-    publish_concurrency: int = 8   # SendMessageBatch calls of a tick in flight together
+    publish_concurrency: int = 10  # SendMessageBatch calls of a tick in flight together
     retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
     idle_check_seconds: int = 60   # a connection idle this long is checked before it is used
     first_batch: int = 100         # recurring schedules recorded through SQL expanded per tick
@@ -117,7 +117,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 100),
         max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
         scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
-        publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 8, 1, 64),
+        publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 10, 1, 64),
         retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
         idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
         first_batch=_int(env, "REMINDERS_FIRST_BATCH", 100, 1, 10_000),

@@ -27,6 +27,11 @@ OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
 # Counter rows (delivery_counts, one per group and backend that wrote it) folded a tick at most.
 COUNTS_FOLD_BATCH = 10_000
+# Each pass leases what is due by the clock as it reads then, so a reminder falling due while a
+# tick drains goes out in the next pass, not the next tick. Tenants that fell due since the
+# last count are offered the same share as the others; they are counted again once the clock
+# has moved this far since the last count (and every pass reports those still due).
+RECOUNT_TENANTS_SECONDS = 1.0
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -98,12 +103,11 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     queued = rt.deliveries.depth()
     summary.queued_before = queued
 
-    def reclaim() -> list[db.Row]:
-        with db.transaction(conn):
-            return db.fetch_all(conn, "lease_reclaim_expired", {
-                "now": now, "idempotent_channels": rt.idempotent_channels,
-                "max_empty_leases": limits.max_empty_leases,
-                "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
+    def reclaim() -> list[db.Row]:  # one statement, atomic alone: no BEGIN and COMMIT trips
+        return db.fetch_all(conn, "lease_reclaim_expired", {
+            "now": now, "idempotent_channels": rt.idempotent_channels,
+            "max_empty_leases": limits.max_empty_leases,
+            "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
 
     for row in db.retrying(reclaim):
         summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
@@ -111,19 +115,21 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     advance_series(rt, conn, now, summary)
     materialise_first(rt, conn, now, summary)
 
-    drain(rt, conn, now, summary, queued, deadline)
+    drain(rt, conn, summary, queued, deadline)
     if time.monotonic() < deadline:  # housekeeping only with time left over
         purged = db.fetch_one(conn, "retention_purge", {
             "now": now, "limit": limits.retention_batch}) or {}
         summary.purged = int(purged.get("deliveries") or 0)
     fold_counts(conn)
-    overdue = db.fetch_one(conn, "oldest_overdue", {"now": now, "cap": OVERDUE_COUNT_CAP}) or {}
+    # Lateness as it stands when the tick ends (a drain may have taken most of a minute).
+    overdue = db.fetch_one(conn, "oldest_overdue", {
+        "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}) or {}
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
 
 
-def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary, queued: int,
+def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
           deadline: float) -> None:
     """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
     or the tick's time is spent. Each pass is fair across tenants. The budget counts the larger
@@ -133,6 +139,8 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
     at once."""
     limits = rt.settings.limits
     live = _live_leases(conn)
+    tenants = 0  # tenants that may have due work: counted, then each pass says
+    counted_at: datetime | None = None
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
         room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
@@ -140,10 +148,16 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
             room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0 or time.monotonic() >= deadline:
             return
-        tenants = db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {}
-        share = -(-room // max(1, int(tenants.get("n") or 0)))  # ceil: every tenant gets one
+        now = rt.clock.now()
+        if counted_at is None or (now - counted_at).total_seconds() >= RECOUNT_TENANTS_SECONDS:
+            tenants = int((db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {})
+                          .get("n") or 0)
+            counted_at = now
+        if tenants == 0:
+            return  # nothing is due
+        share = -(-room // tenants)  # ceil: every tenant gets one
 
-        def lease(n: int = room, share: int = share) -> list[db.Row]:
+        def lease(n: int = room, share: int = share, now: datetime = now) -> list[db.Row]:
             # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
             return db.fetch_all(conn, "lease_due", {
                 "now": now, "batch": n, "share": share, "lease_seconds": limits.lease_seconds})
@@ -152,9 +166,10 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
         if not leased:
             return
         summary.passes += 1
-        leased.sort(key=lambda r: (r["due_at"], r["id"]))
+        tenants = int(leased[0]["tenants_left"])
+        leased.sort(key=_lease_order)
         summary.leased += len(leased)
-        messages = [LeaseMessage(int(r["id"]), r["lease_token"]) for r in leased]
+        messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
         rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
         summary.published += len(messages) - len(rejected)
         live += len(leased)
@@ -168,8 +183,10 @@ def drain(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
                 "rejected": len(rejected), "released": released,
                 "first_reason": rejected[0].reason})
             return  # the queue is refusing: try again next tick
-        if len(leased) < room and share >= room:
-            return  # nothing more is due (or the rest is held by other transactions)
+
+
+def _lease_order(row: db.Row) -> tuple[Any, Any]:
+    return row["due_at"], row["id"]
 
 
 def _live_leases(conn: db.Connection) -> int:

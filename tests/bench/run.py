@@ -20,7 +20,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,7 +41,9 @@ from reminders.observability import logger
 from reminders.recurrence import Recurrence
 from reminders.runtime import build_channels
 from tests.bench import pgq
+from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_python
 from tests.bench.console import bench_console
+from tests.bench.cost import bench_cost
 from tests.bench.counts import bench_counts_trigger
 from tests.bench.support import (
     NOW,
@@ -223,12 +224,36 @@ def bench_tick(server: str, pgqueuer: pgq.PgQueuer | None, claim_tpl: str) -> Fi
         figures["pgqueuer_dequeue_rows_per_s"] = per_tick / median["pgqueuer"]
         figures["tick_over_pgqueuer"] = median["pgqueuer"] / median[100_000]
         figures["pgqueuer_over_bare_claim"] = median["bare"] / median["pgqueuer"]
+    if pgqueuer is not None:
+        figures.update(at_deployed_batch(scanners[100_000], pgqueuer))
     figures.update(live_leases_cost(scanners[100_000]))
     for warm in scanners.values():
         warm.close()
     figures["tick_with_50k_live_over_none"] = (figures["tick_ms_with_50k_live_leases"]
                                                / figures["tick_ms_100k_backlog"])
     return figures
+
+
+def at_deployed_batch(warm: WarmScanner, pgqueuer: pgq.PgQueuer, batch: int = 1000,
+                      rounds: int = 7) -> Figures:
+    """The same comparison at the deployed ``scanBatch`` (1,000): ticks of 10 passes of 1,000
+    on the 100,000 backlog, against 10 PgQueuer dequeues of 1,000, in alternation."""
+    per_tick = 10 * batch
+    warm.rt.settings = replace(warm.rt.settings, limits=replace(
+        warm.rt.settings.limits, scan_batch=batch, inflight_budget=per_tick))
+    ticks: list[float] = []
+    dequeues: list[float] = []
+    for i in range(rounds + 1):
+        leased, took = warm.tick()
+        assert leased == per_tick, leased
+        spent = timed(lambda: [pgqueuer.dequeue(batch) for _ in range(10)])
+        if i:  # round 0 warms up
+            ticks.append(took)
+            dequeues.append(spent)
+    tick, dequeue = statistics.median(ticks), statistics.median(dequeues)
+    return {"batch_1000_tick_rows_per_s": per_tick / tick,
+            "batch_1000_pgqueuer_rows_per_s": per_tick / dequeue,
+            "batch_1000_tick_over_pgqueuer": dequeue / tick}
 
 
 def live_leases_cost(warm: WarmScanner) -> Figures:
@@ -243,7 +268,7 @@ def live_leases_cost(warm: WarmScanner) -> Figures:
                       {"until": NOW + timedelta(minutes=5), "n": live})
     counted = timed(lambda: db.fetch_one(warm.conn, "live_leases"))
     warm.rt.settings = replace(warm.rt.settings, limits=replace(
-        warm.rt.settings.limits, inflight_budget=live + per_tick))
+        warm.rt.settings.limits, scan_batch=BATCH, inflight_budget=live + per_tick))
     start = time.perf_counter()
     leased = scanner.tick(warm.rt).leased
     took = time.perf_counter() - start
@@ -598,10 +623,10 @@ def start_pgqueuer(server: str) -> tuple[pgq.PgQueuer | None, Figures]:
         return None, {"skipped": reason}
     url = db.create_database(server, "bench_pgqueuer")
     queue = pgq.PgQueuer(url)
-    queue.fill(100_000)
+    queue.fill(200_000)  # batches of 100, then of 1,000 (at_deployed_batch)
     for _ in range(5):
         queue.dequeue(BATCH)
-    return queue, {**pgq.versions(), "jobs_queued": 100_000, "batch": BATCH,
+    return queue, {**pgq.versions(), "jobs_queued": 200_000, "batch": BATCH,
                    "measured_in": "scanner_tick (alternating with the ticks)"}
 
 
@@ -675,33 +700,6 @@ def bench_recurrence() -> Figures:
             "next_after_calls_per_second": 200 / step}
 
 
-NAIVE_HANDLER = ("import boto3, psycopg; "
-                 "from aws_lambda_powertools import Logger, Metrics, Tracer; "
-                 "Logger(service='naive'); Metrics(namespace='naive')")
-
-
-def bench_cold_start() -> Figures:
-    """Importing each handler in a fresh process (best of 3), against importing boto3 alone
-    and against a naive handler that imports Powertools, boto3 and psycopg."""
-
-    def import_ms(code: str) -> float:
-        timing = (f"import time; t = time.perf_counter(); {code}; "
-                  "print((time.perf_counter() - t) * 1000)")
-        runs = [float(subprocess.run([sys.executable, "-c", timing], capture_output=True,
-                                     text=True, check=True).stdout) for _ in range(3)]
-        return min(runs)
-
-    figures: Figures = {"goal": "handler_over_naive <= 0.33",
-                        "boto3_ms": import_ms("import boto3"),
-                        "naive_handler_ms": import_ms(NAIVE_HANDLER)}
-    for name in ("scanner", "consumer", "redrive"):
-        took = import_ms(f"import functions.{name}.handler")
-        figures[f"{name}_handler_ms"] = took
-        figures[f"{name}_over_boto3"] = took / figures["boto3_ms"]
-        figures[f"{name}_over_naive"] = took / figures["naive_handler_ms"]
-    return figures
-
-
 # ---------------------------------------------------------------- the run
 
 
@@ -769,6 +767,8 @@ def main() -> int:
         figure("recheck", lambda: bench_recheck(server))
         figure("recurrence", bench_recurrence)
         figure("cold_start", bench_cold_start)
+        figure("cold_start_lambda_python", bench_cold_start_runtime_python)
+        figure("cost", lambda: bench_cost(server))
         figure("console", lambda: bench_console(server))
         figure("counts_trigger", lambda: bench_counts_trigger(server))
     results["total_s"] = time.perf_counter() - started

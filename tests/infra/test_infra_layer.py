@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from infra.layer import (
     LAYER_REQUIREMENTS,
     PLATFORM,
+    PYTHON_VERSION,
     RUNTIME_PROVIDED,
     STAMP_NAME,
     _stamp,
+    bytecode_python,
+    compile_bytecode,
     layer_is_current,
     pip_command,
     resolved_versions,
@@ -76,8 +83,47 @@ def test_layer_holds_the_packages_the_functions_import(layer_dir: Path) -> None:
     for package in CONSOLE_ONLY:  # the console's libraries stay on the operator's machine
         assert not (site_packages / package).exists(), package
         assert not any(package in r for r in LAYER_REQUIREMENTS), LAYER_REQUIREMENTS
-    assert not list(site_packages.rglob("__pycache__"))
     assert layer_is_current(layer_dir)
+
+
+def _unchecked_pycs(root: Path) -> dict[Path, bytes]:
+    """Each ``.pyc`` under ``root``, by the source it was compiled from, with its flags."""
+    tag = "cpython-" + PYTHON_VERSION.replace(".", "")
+    found: dict[Path, bytes] = {}
+    for pyc in root.rglob("*.pyc"):
+        assert pyc.parent.name == "__pycache__" and pyc.name.endswith(f".{tag}.pyc"), pyc
+        found[pyc.parent.parent / (pyc.name.split(".")[0] + ".py")] = pyc.read_bytes()[4:8]
+    return found
+
+
+def test_layer_and_code_asset_ship_unchecked_byte_code_for_the_runtime(
+        layer_dir: Path, tmp_path: Path) -> None:
+    if bytecode_python() is None:
+        pytest.skip(f"no CPython {PYTHON_VERSION} on this machine: the layer ships source")
+    for root in (layer_dir / "python", stage_code(tmp_path / "code")):
+        pycs = _unchecked_pycs(root)
+        sources = set(root.rglob("*.py"))
+        assert sources and set(pycs) == sources, sources ^ set(pycs)
+        # PEP 552 flags: bit 0 hash-based, bit 1 check the source; unchecked is exactly 1.
+        assert set(pycs.values()) == {b"\x01\x00\x00\x00"}
+
+
+def test_unchecked_byte_code_is_used_without_the_source_being_read(tmp_path: Path) -> None:
+    """What Lambda's read-only file system needs: the .pyc is taken as it is (a stale time
+    stamp or a changed source does not send Python back to compiling)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mod.py").write_text("VALUE = 'compiled'\n")
+    compile_bytecode(tmp_path, sys.executable)
+    (package / "mod.py").write_text("VALUE = 'source'\n")
+    done = subprocess.run(
+        [sys.executable, "-B", "-c", "import pkg.mod as m; print(m.VALUE, m.__spec__.cached)"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    value, cached = done.stdout.split()
+    assert value == "compiled"
+    assert cached.endswith(".pyc")
 
 
 def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -> None:
@@ -92,7 +138,7 @@ def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -
     (source / "shared" / "reminders" / "console" / "templates").mkdir(parents=True)
     (source / "shared" / "reminders" / "console" / "app.py").write_text("import starlette\n")
 
-    staged = stage_code(tmp_path / "out", source)
+    staged = stage_code(tmp_path / "out", source, bytecode=False)
 
     files = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
     assert files == [

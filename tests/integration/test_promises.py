@@ -384,6 +384,50 @@ def test_a_tick_drains_until_the_budget_is_full(harness: Harness, database_url: 
     assert out["leased"] == 0
 
 
+def test_a_tick_probes_the_tenants_once_and_shares_each_pass_among_those_still_due(
+        harness: Harness, database_url: str) -> None:
+    """Each pass says how many tenants may have due work left (one that offered a full share,
+    or more than the pass took), so the tick probes every tenant once, not once a pass."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    schedule_webhook(h, "big", tenant="big", recipients=[f"p{i}" for i in range(25)])
+    schedule_webhook(h, "small", tenant="small", recipients=["a", "b"])
+    statements: list[str] = []
+    db.before_statement = statements.append
+    try:
+        out = tick(h)
+    finally:
+        db.before_statement = None
+    assert out["leased"] == 27
+    assert statements.count("tenants_with_due_work") == 1
+    # Shares of 5 (both tenants: 5 + 2), then 10 and 10 (big alone); big's last pass offered
+    # a full share, so one more statement finds nothing.
+    assert (out["passes"], statements.count("lease_due")) == (3, 4)
+
+
+def test_a_reminder_falling_due_while_a_tick_drains_goes_out_in_its_next_pass(
+        harness: Harness, database_url: str) -> None:
+    """A tick drains for up to most of a minute; each pass leases by the clock as it reads
+    then, so another tenant's reminder falling due meanwhile waits one pass, not one tick."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    schedule_webhook(h, "fan", tenant="big", recipients=[f"p{i}" for i in range(50)])
+    (late,) = schedule_webhook(h, "soon", tenant="small", at=h.clock.now() + minutes(0.5))
+    publish = h.rt.deliveries.publish
+    passes: list[list[int]] = []
+
+    def publish_while_time_passes(messages: Any, **kw: Any) -> Any:
+        passes.append([m.delivery_id for m in messages])
+        h.clock.advance(timedelta(seconds=20))  # each pass takes a while
+        return publish(messages, **kw)
+
+    h.rt.deliveries.publish = publish_while_time_passes  # type: ignore[method-assign]
+    out = tick(h)
+    row = delivery(h, late, tenant="small")
+    assert row["state"] == "leased" and out["leased"] == 51
+    assert row["id"] in passes[2]  # due 30 s in: the pass after the clock passed it
+
+
 def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
         harness: Harness) -> None:
     h = harness

@@ -387,6 +387,28 @@ def test_set_role_does_not_change_the_tenant(clients: Callable[[str | None], Cli
     assert acme.rows("select * from reminders.my_schedules") == []
 
 
+def test_a_temporary_table_cannot_stand_in_for_the_tenant_map(
+        clients: Callable[[str | None], Client], database_url: str) -> None:
+    # In an application's own database PUBLIC usually keeps TEMPORARY. A temporary table named
+    # like the service's tenant map must not decide the tenant of a security-definer call:
+    # their search_path names pg_temp last, so the service's own table is found first.
+    acme, globex = clients("acme"), clients("globex")
+    acme.rows(SCHEDULE_EMAIL, ("booking-1", ["alice@example.com"], T0))
+    with db.connect(database_url) as admin:
+        name = admin.execute("select current_database() as d").fetchone()
+        assert name is not None
+        admin.execute(sql.SQL("grant temporary on database {} to {}").format(
+            sql.Identifier(name["d"]), sql.Identifier(globex.login)))
+    with globex.conn.transaction():
+        globex.conn.execute("create temporary table tenant_logins (login text, tenant text)")
+        globex.conn.execute("insert into tenant_logins values (session_user, 'acme')")
+        assert globex.conn.execute("select reminders.my_tenant() as t").fetchone() == {
+            "t": "globex"}
+    err = globex.refused("select reminders.cancel('booking-1')")
+    assert sqlstate(err) == ("RM404", "no schedule with key 'booking-1' for tenant 'globex'")
+    assert acme.rows("select state from reminders.my_schedules") == [{"state": "active"}]
+
+
 def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
         clients: Callable[[str | None], Client], conn: db.Connection,
         database_url: str) -> None:

@@ -209,3 +209,11 @@ def test_any_message_shaped_object(delivery_id: Any, token: Any, extra: dict[str
 def test_any_nesting(depth: int, opener: str) -> None:
     holds(opener * depth)
     holds('{"delivery_id":' + opener * depth)
+
+
+def test_a_lease_message_body_is_compact_json_that_parses_back() -> None:
+    message = LeaseMessage(BIGINT_MAX, UUID(TOKEN))
+    assert message.body() == json.dumps(
+        {"delivery_id": message.delivery_id, "lease_token": str(message.lease_token)},
+        separators=(",", ":"))
+    assert parse_body(message.body()) == message

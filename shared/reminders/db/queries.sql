@@ -265,8 +265,12 @@ select count(*) as n from deliveries where state = 'leased';
 -- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
 -- most `share` index entries per tenant with due work (plus rows another transaction holds, an
 -- application's reschedule, which are skipped); paused tenants are never walked.
+-- Each row also says how many tenants may have due work left after this pass (a tenant that
+-- offered a full share, or more than the pass took): the next pass's share, without probing
+-- every tenant again.
 with offered as (
-    select o.id, o.due_at, row_number() over (partition by t.id order by o.due_at, o.id) as round
+    select t.id as tenant, o.id, o.due_at,
+           row_number() over (partition by t.id order by o.due_at, o.id) as round
     from tenants t
     cross join lateral (
         select d.id, d.due_at from deliveries d
@@ -277,13 +281,18 @@ with offered as (
     ) o
     where not t.paused
 ), due as (
-    select id from offered order by round, due_at, id limit %(batch)s
+    select id, tenant from offered order by round, due_at, id limit %(batch)s
+), left_over as (
+    select count(*) as n from (
+        select o.tenant from offered o group by o.tenant
+        having count(*) >= %(share)s
+            or count(*) > (select count(*) from due where due.tenant = o.tenant)) t
 )
 update deliveries d set state = 'leased', lease_token = gen_random_uuid(),
                         lease_expires_at = %(now)s + make_interval(secs => %(lease_seconds)s),
                         received = false, leases = d.leases + 1, updated_at = %(now)s
 from due where d.id = due.id
-returning d.id, d.lease_token, d.due_at;
+returning d.id, d.lease_token, d.due_at, (select n from left_over) as tenants_left;
 -- name: lease_release
 -- Fenced: hands back leases whose message never reached the queue, or that a consumer may not
 -- use yet (a paused tenant, not due by its clock); never one with a send in flight.

@@ -93,6 +93,13 @@ class _Script:
         return self.codes[min(index, len(self.codes) - 1)]
 
 
+class _Server(ThreadingHTTPServer):
+    # A consumer sends a whole batch at once (up to 100 connections together); the default
+    # listen backlog of 5 refuses some of them.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class WebhookReceiver:
     """A threaded HTTP server standing in for an application's webhook endpoint."""
 
@@ -128,8 +135,7 @@ class WebhookReceiver:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, self._requested_port), _make_handler(self))
-        server.daemon_threads = True
+        server = _Server((self.host, self._requested_port), _make_handler(self))
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
