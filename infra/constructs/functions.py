@@ -1,4 +1,5 @@
-"""The four Lambda functions, built from one code asset and one dependency layer."""
+"""The five Lambda functions (scanner, consumer, redrive, migrate, ops), built from one code
+asset and one dependency layer."""
 
 from __future__ import annotations
 

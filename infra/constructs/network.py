@@ -15,12 +15,12 @@ PRIVATE_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATE
 EGRESS_SUBNETS = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
 # Every AWS API a function calls from inside the VPC, reached without the internet: SQS
-# (scanner, redrive), Secrets Manager (every function and the rotation functions), SES, SNS and
-# KMS (consumer: it unwraps the data keys of the webhook signing secrets), STS (the operations
-# function proves its caller). Nothing calls
-# CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on
-# stdout, logs go through the Lambda service, and trace segments go to the X-Ray daemon Lambda
-# runs beside the function; so those endpoints would only cost money.
+# (scanner, redrive, the operations function's queue depths), Secrets Manager (every function
+# and the rotation functions), SES, SNS and KMS (consumer: it unwraps the data keys of the
+# webhook signing secrets), STS (the operations function proves its caller). Nothing calls
+# CloudWatch, Logs or X-Ray from the VPC: metrics are EMF lines on stdout, logs go through the
+# Lambda service, and trace segments go to the X-Ray daemon Lambda runs beside the function;
+# so those endpoints would only cost money.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,

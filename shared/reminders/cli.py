@@ -281,7 +281,7 @@ def cmd_work(args: argparse.Namespace) -> int:
         return EXIT_PARTIAL_FAILURE
     if not summary["idle"]:
         sys.stderr.write(f"reminders: work: {not_idle}\n")
-        return 1
+        return EXIT_NOT_DONE
     return 0
 
 
@@ -1084,7 +1084,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     emit(args, {"short": args.short, "violations": found,
                 "drills": [r.as_json() for r in results]},
          f"{len(results)} drill(s), {found} violation(s)")
-    return 0 if found == 0 else 1
+    return 0 if found == 0 else EXIT_NOT_DONE
 
 
 # ---------------------------------------------------------------- parser

@@ -25,7 +25,7 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 @dataclass(frozen=True)
 class Limits:
-    scan_batch: int = 100          # deliveries leased per scanner tick at most
+    scan_batch: int = 100          # deliveries leased per scanner pass at most
     inflight_budget: int = 1000    # live leases + queued messages, at most
     lease_seconds: int = 300       # a lease expires this long after it is taken
     redrive_budget: int = 3        # replays from the DLQ per delivery at most (kinds may lower it)

@@ -19,7 +19,7 @@ what it thinks happened.
 :func:`unsettled` is (e), for after recovery: every delivery due at or before ``now`` has an
 outcome (sent, failed, suppressed, stale, unknown, dead) or is held by a live lease.
 
-Each finding is one line naming the delivery key.
+Each finding is one line naming the delivery key ((f): the tenant/kind/channel/state group).
 """
 
 from __future__ import annotations

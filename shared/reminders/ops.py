@@ -72,7 +72,8 @@ class Arg:
             return value
         if len(value) > self.max_length:
             raise InvalidInput(f"{flag}: longer than {self.max_length} characters")
-        # A reason may run over lines; nothing else may, and nothing holds a NUL.
+        # A reason may run over lines here (reconcile keeps it so; cancel and tenants refuse a
+        # line break further in, as locally); nothing else may, and nothing holds a NUL.
         bad = ("\x00",) if flag == "--reason" else ("\x00", "\n", "\r")
         if any(ch in value for ch in bad):
             raise InvalidInput(f"{flag}: contains a control character")

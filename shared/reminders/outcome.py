@@ -13,11 +13,14 @@ from typing import Any
 from reminders.errors import NotFound, RemindersError
 
 EXIT_OK = 0
-EXIT_NOT_DONE = 1  # `work`: the queues did not empty in time; `drill`: a violation found
+# `work`: the queues did not empty in time; `endpoints encrypt-secrets`: rows remain;
+# `drill`: a violation found; `demo`: an outcome not as expected; an unexpected error
+EXIT_NOT_DONE = 1
 EXIT_USAGE = 2  # a bad argument, bad input, a missing or malformed setting
 EXIT_NOT_FOUND = 3  # the key, schedule, tenant or endpoint named does not exist
-EXIT_PARTIAL_FAILURE = 4  # `work`: some records failed; `status`: the queues did not answer
-EXIT_UNAVAILABLE = 5  # Postgres or AWS could not be reached
+# `work`: some records failed; a bulk `reconcile`: some refused; `status`: no queue answer
+EXIT_PARTIAL_FAILURE = 4
+EXIT_UNAVAILABLE = 5  # Postgres, KMS or another AWS service could not be reached
 EXIT_CONFLICT = 6  # another transaction held the rows; trying again can succeed
 
 

@@ -6,7 +6,8 @@ real Postgres. Afterwards the system is run until quiet and the promises are che
 - no delivery key has two effects unless an `unknown` attempt or a same-key resend (a second
   attempt on a channel that honours the key) is recorded;
 - no attempt starts after a cancel or an opt-out committed;
-- no attempt is left open, and no delivery spends more attempts than its kind allows.
+- no attempt is left open, and no delivery spends more attempts than its kind allows;
+- the counts ``status`` reads (``delivery_counts``, kept by triggers) equal the rows.
 
 The queue is an in-memory port (transport only: Postgres is the authority under test) and the
 channels record every send, so one interleaving costs milliseconds.
