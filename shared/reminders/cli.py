@@ -26,6 +26,7 @@ from reminders.outcome import (
     EXIT_PARTIAL_FAILURE,
     Outcome,
 )
+from reminders.reasons import MAX_REASON_LENGTH, checked_reason
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -1096,8 +1097,8 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
 
 def _reason_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reason", help="why, for the record (with who: REMINDERS_ACTOR or the OS "
-                                    "user; with --stack, your IAM identity), e.g. --reason "
-                                    "'INC-1234'")
+                                    "user; with --stack, your IAM identity): one line, at most "
+                                    f"{MAX_REASON_LENGTH} characters, e.g. --reason 'INC-1234'")
 
 
 def _record(conn: Any, args: argparse.Namespace, action: str, obj: str, name: str,
@@ -1105,8 +1106,6 @@ def _record(conn: Any, args: argparse.Namespace, action: str, obj: str, name: st
     """Record an operator action with who and --reason, in the caller's transaction."""
     from reminders import operator
 
-    if args.reason is not None:
-        _plain_text(args.reason, "--reason")
     operator.record_action(conn, action=action, obj=obj, name=name, tenant=tenant,
                            reason=args.reason, now=_now())
 
@@ -1392,7 +1391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
     p.add_argument("--as", dest="as_", required=True, choices=["sent", "failed", "dead", "retry"],
                    help="sent (it arrived), failed/dead (give up), retry (due again, same key)")
-    p.add_argument("--reason", required=True, help="what you checked")
+    p.add_argument("--reason", required=True,
+                   help=f"what you checked: one line, at most {MAX_REASON_LENGTH} characters")
     _json_flag(p)
     p.set_defaults(func=cmd_reconcile)
 
@@ -1523,6 +1523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "status, show, list, reconcile, cancel and tenants pause|resume|list"
                          + (" (drills run on one machine only)" if command == "drill" else ""))
     try:
+        if getattr(args, "reason", None) is not None:  # refused before anything is done
+            checked_reason(args.reason, required=args.command == "reconcile")
         code: int = args.func(args)
         sys.stdout.flush()
         return code

@@ -125,9 +125,11 @@ def record_action(conn: db.Connection, *, action: str, obj: str, name: str,
         raise ValueError(f"operator action on {obj!r}: expected one of {OBJECTS}")
     if via not in VIAS:
         raise ValueError(f"operator action via {via!r}: expected one of {VIAS}")
+    from reminders.reasons import checked_reason
+
     db.execute(conn, "operator_action_add", {
         "now": now, "who": who or current_user(), "action": action, "object": obj,
-        "tenant": tenant, "name": name, "reason": (reason or "").strip() or None,
+        "tenant": tenant, "name": name, "reason": checked_reason(reason, required=False),
         "via": via, "detail": Jsonb(detail or {})})
 
 
@@ -213,22 +215,23 @@ RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 
 def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason: str,
-              now: datetime, who: str | None = None) -> dict[str, Any]:
+              now: datetime, who: str | None = None, note: str | None = None) -> dict[str, Any]:
     """Settle a parked delivery (typically ``unknown``) after an operator checked what the
     receiver got: ``sent`` (it arrived), ``failed``/``dead`` (give up), or ``retry`` (due again
     now, with the same delivery key). Recorded as an operator event with who (default: the
-    current user) and the reason."""
+    current user) and the reason (:func:`reminders.reasons.checked_reason`), followed by
+    ``note`` in brackets when given (where and by whom, for a bulk or console action)."""
     from reminders.errors import InvalidInput
+    from reminders.reasons import checked_reason
 
     if target not in RECONCILE_TARGETS:
         raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
-    if not reason.strip():
-        raise InvalidInput("a reason is required: say what you checked")
+    reason = checked_reason(reason, required=True) + (f" ({note})" if note else "")
     with db.transaction(conn):
         try:
             row = db.fetch_one(conn, "delivery_reconcile", {
                 "key": key, "tenant": tenant, "target": target, "now": now,
-                "reason": f"operator: {reason.strip()}"})
+                "reason": f"operator: {reason}"})
         except InvalidInput as exc:
             if "deliveries_one_pending" not in str(exc):
                 raise
@@ -250,7 +253,7 @@ def reconcile(conn: db.Connection, *, key: str, tenant: str, target: str, reason
                                "dead, stale or suppressed deliveries can be reconciled")
         db.execute(conn, "operator_event_add", {
             "tenant": tenant, "id": row["id"], "now": now, "who": who or current_user(),
-            "event": f"reconciled as {target}", "detail": reason.strip()})
+            "event": f"reconciled as {target}", "detail": reason})
     return {"delivery_key": key, "tenant": tenant, "state": row["state"], "reason": row["reason"]}
 
 
@@ -390,6 +393,7 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
     in ``operator_actions``. ``only_keys``: reconcile only these of the rows that still match
     (what a dry run counted; a row that changed or newly matches since is left alone)."""
     from reminders.errors import InvalidInput, RemindersError
+    from reminders.reasons import checked_reason
 
     if via not in VIAS:
         raise ValueError(f"operator action via {via!r}: expected one of {VIAS}")
@@ -400,8 +404,7 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
         raise InvalidInput("without a KEY, reconcile needs --tenant or --kind to bound it")
     if target not in RECONCILE_TARGETS:
         raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
-    if not reason.strip():
-        raise InvalidInput("--reason: say what you checked")
+    reason = checked_reason(reason, required=True)
     rows, more = deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
                             channel=channel, recipient=recipient, due_from=due_from,
                             due_to=due_to)
@@ -418,8 +421,8 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
             continue
         try:
             done.append(reconcile(conn, key=row["delivery_key"], tenant=row["tenant"],
-                                  target=target, reason=f"{reason.strip()} ({where}, by {actor})",
-                                  now=now, who=actor))
+                                  target=target, reason=reason, now=now, who=actor,
+                                  note=f"{where}, by {actor}"))
         except RemindersError as exc:
             failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
                            "error": str(exc)})
@@ -457,8 +460,10 @@ def set_tenant_paused(conn: db.Connection, *, tenant: str, paused: bool, now: da
     scheduled anything is refused unless ``create``. A change is recorded in
     ``operator_actions`` with who and the reason (optional here; the console requires one)."""
     from reminders import schedules
+    from reminders.reasons import checked_reason
 
     schedules.validate_tenant(tenant)
+    reason = checked_reason(reason, required=False)
     with db.transaction(conn):
         row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
         if row is None and not create:

@@ -21,6 +21,7 @@ from datetime import datetime
 from reminders import db
 from reminders.errors import InvalidInput, NotFound
 from reminders.outcome import EXIT_PARTIAL_FAILURE, Outcome, first_line
+from reminders.reasons import checked_reason
 
 # Latest year an instant may have: room for any duration (at most 3650 days) to be added.
 LAST_YEAR = 9980
@@ -55,16 +56,6 @@ def plain_text(value: str, flag: str) -> str:
         if ch in value:
             raise InvalidInput(f"{flag}: contains {what}: {value[:40]!r}")
     return value
-
-
-def optional_reason(reason: str | None, *, blank_ok: bool = False) -> str | None:
-    """``--reason`` where it may be left out (cancel, tenants pause|resume): one line; blank
-    is refused unless ``blank_ok`` (then it is recorded as no reason)."""
-    if reason is None:
-        return None
-    if not blank_ok and not reason.strip():
-        raise InvalidInput("--reason: empty; say why, or leave --reason out")
-    return plain_text(reason, "--reason")
 
 
 def resolve_tenant(conn: db.Connection, key: str, tenant: str | None) -> str:
@@ -186,6 +177,7 @@ def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: st
     names ``who``; a bulk reconcile is also one operator action, with ``via``."""
     from reminders import operator
 
+    reason = checked_reason(reason, required=True)
     if key is None:
         return _reconcile_bulk(conn, now=now, tenant=tenant, as_=as_, reason=reason, who=who,
                                via=via, state=state, kind=kind, channel=channel,
@@ -239,7 +231,7 @@ def cancel(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
     from reminders import operator, schedules
     from reminders.clock import iso
 
-    reason = optional_reason(reason, blank_ok=True)
+    reason = checked_reason(reason, required=False)
     owner = resolve_tenant(conn, key, tenant)
     key = schedule_key(conn, key, owner)
     current = db.fetch_one(conn, "schedule_get", {"tenant": owner, "schedule_key": key})
@@ -275,7 +267,7 @@ def tenants_set(conn: db.Connection, *, now: datetime, tenant: str, paused: bool
     ``who``, ``via`` and the reason."""
     from reminders import operator
 
-    reason = optional_reason(reason)
+    reason = checked_reason(reason, required=False)
     data = operator.set_tenant_paused(conn, tenant=tenant, paused=paused, now=now, actor=who,
                                       via=via, reason=reason, create=create)
     return Outcome(data, f"tenant {tenant} {'paused' if paused else 'resumed'}"

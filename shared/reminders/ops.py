@@ -28,6 +28,7 @@ from reminders import db
 from reminders.errors import InvalidInput
 from reminders.identity import Caller, request_digest
 from reminders.outcome import EXIT_USAGE, Outcome, error_line
+from reminders.reasons import checked_reason
 
 VERSION = 1
 # The most rows one remote ``list`` or bulk ``reconcile`` touches (locally: 10000); an
@@ -48,6 +49,7 @@ class Arg:
     low: int = 0
     high: int = 0
     choices: tuple[str, ...] = ()
+    one_line: bool = True  # False: checked by its own rule (a reason: reminders.reasons)
 
     def check(self, flag: str, value: Any) -> Any:
         if value is None:
@@ -70,12 +72,11 @@ class Arg:
                 raise InvalidInput(f"{flag}: must be one of {', '.join(self.choices)}, got "
                                    f"{value[:40]!r}")
             return value
+        if not self.one_line:
+            return value
         if len(value) > self.max_length:
             raise InvalidInput(f"{flag}: longer than {self.max_length} characters")
-        # A reason may run over lines here (reconcile keeps it so; cancel and tenants refuse a
-        # line break further in, as locally); nothing else may, and nothing holds a NUL.
-        bad = ("\x00",) if flag == "--reason" else ("\x00", "\n", "\r")
-        if any(ch in value for ch in bad):
+        if any(ch in value for ch in ("\x00", "\n", "\r")):
             raise InvalidInput(f"{flag}: contains a control character")
         return value
 
@@ -93,7 +94,7 @@ ARGS: Mapping[str, Arg] = {
     "limit": Arg(int, low=1, high=MAX_REMOTE_LIMIT),
     "dry_run": Arg(bool),
     "as": Arg(str, choices=TARGETS),
-    "reason": Arg(str, max_length=2000),
+    "reason": Arg(str, one_line=False),
     "create": Arg(bool),
     "attention": Arg(bool),
 }
@@ -154,6 +155,8 @@ def parse_request(event: Any) -> Request:
         raise InvalidInput(f"{command}: no argument {str(name)[:40]!r} through the operations "
                            "function")
     args = {name: ARGS[name].check(_flag(name), value) for name, value in raw.items()}
+    if args.get("reason") is not None:  # given: the one rule, as locally (blank included)
+        checked_reason(args["reason"], required="reason" in required)
     missing = [name for name in sorted(required) if args.get(name) in (None, "")]
     if missing:
         raise InvalidInput(f"{command}: {_flag(missing[0])} is required")

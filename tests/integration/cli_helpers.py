@@ -42,3 +42,15 @@ def base_env(tmp_path: Path) -> dict[str, str]:
            if not k.startswith(("REMINDERS_", "AWS_")) and k != "DATABASE_URL"}
     env["REMINDERS_HOME"] = str(tmp_path / "home")  # never a running local stack
     return env
+
+
+# Reasons that break the one rule for --reason (reminders.reasons), and the line every path
+# (the command line, the operations function, the console) refuses each with.
+BAD_REASONS = {
+    "line break": ("a\nb", "--reason: contains a line break: 'a\\nb'"),
+    "control character": ("ok\x1b[2Jok", "--reason: contains a control character: "
+                                          "'ok\\x1b[2Jok'"),
+    "over-long": ("x" * 501, "--reason: longer than 500 characters (501)"),
+}
+BLANK_REQUIRED = "--reason: say what you checked"
+BLANK_OPTIONAL = "--reason: empty; say why, or leave --reason out"

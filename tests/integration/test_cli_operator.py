@@ -15,7 +15,14 @@ import pytest
 from reminders import db
 from reminders.channels.signing import new_secret
 from reminders.local import stack
-from tests.integration.cli_helpers import Cli, Result, base_env
+from tests.integration.cli_helpers import (
+    BAD_REASONS,
+    BLANK_OPTIONAL,
+    BLANK_REQUIRED,
+    Cli,
+    Result,
+    base_env,
+)
 
 DUE = "2027-03-01T09:05:00Z"
 ALLOW = {"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"}
@@ -552,6 +559,62 @@ def test_without_reminders_actor_the_os_user_is_recorded(cli: Cli) -> None:
     error(cli("tenants", "resume", "acme", "--reason", "a\nb"), 2,
           "--reason: contains a line break: 'a\\nb'")
     assert cli("tenants", "list", "--json").json()[0]["paused"] is True
+
+
+HOOK = "https://hooks.example.com/r"
+# Every local command that takes --reason: its arguments (each would succeed with a good
+# reason), whether the reason is required, and what it needs beforehand.
+REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
+    "reconcile": (["reconcile", "KEY", "--as", "failed"], True, "unknown"),
+    "reconcile bulk": (["reconcile", "--state", "unknown", "--tenant", "acme", "--as", "failed"],
+                       True, "unknown"),
+    "cancel": (["cancel", "k1"], False, "scheduled"),
+    "tenants pause": (["tenants", "pause", "acme", "--create"], False, None),
+    "tenants resume": (["tenants", "resume", "acme", "--create"], False, None),
+    "endpoints add": (["endpoints", "add", HOOK + "2", "--secret", new_secret()], False, None),
+    "endpoints remove": (["endpoints", "remove", HOOK], False, "endpoint"),
+    "endpoints rotate-secret": (["endpoints", "rotate-secret", HOOK, "--secret", new_secret()],
+                                False, "endpoint"),
+    "kinds set": (["kinds", "set", "trip", "--max-attempts", "3"], False, None),
+}
+
+
+def test_every_command_with_a_reason_is_in_the_walk() -> None:
+    import argparse
+
+    from reminders.cli import build_parser
+
+    found: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if "--reason" in action.option_strings and path:
+                found.add(path)
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, f"{path} {name}".strip())
+
+    walk(build_parser(), "")
+    assert found == {name.removesuffix(" bulk") for name in REASON_COMMANDS}
+
+
+@pytest.mark.parametrize("command", REASON_COMMANDS)
+def test_a_reason_is_one_rule_on_every_command(cli: Cli, conn: db.Connection,
+                                               command: str) -> None:
+    argv, required, needs = REASON_COMMANDS[command]
+    if needs == "endpoint":
+        cli("endpoints", "add", HOOK, "--secret", new_secret(), "--json").json()
+    elif needs is not None:
+        made = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1", "--json").json()
+        argv = [made["delivery_key"] if a == "KEY" else a for a in argv]
+        conn.execute("update deliveries set state = %s, reason = 'test'", (needs,))
+    before = conn.execute("select count(*) as n from operator_actions").fetchone()
+    cases = [*BAD_REASONS.values(), (" ", BLANK_REQUIRED if required else BLANK_OPTIONAL)]
+    for reason, line in cases:
+        error(cli(*argv, "--reason", reason), 2, line)
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == before
+    assert conn.execute("select count(*) as n from delivery_events "
+                        "where actor = 'operator'").fetchone() == {"n": 0}
 
 
 # ---------------------------------------------------------------- what the console shares

@@ -6,7 +6,9 @@ reason; a form from elsewhere changes nothing."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -25,7 +27,7 @@ from reminders.local import stack
 from reminders.local.receiver import WebhookReceiver
 from tests import console_traffic
 from tests.conftest import make_runtime
-from tests.integration.cli_helpers import Cli, base_env
+from tests.integration.cli_helpers import BAD_REASONS, BLANK_REQUIRED, Cli, base_env
 
 CHROMIUM = Path(os.environ.get("REMINDERS_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -301,6 +303,40 @@ def test_a_form_from_elsewhere_changes_nothing(console: Console, page: Any) -> N
     headers = page.goto(console.url + "/").headers
     assert headers["x-frame-options"] == "DENY"
     assert "script-src 'none'" in headers["content-security-policy"]
+
+
+def test_a_reason_is_refused_by_the_same_rule_as_the_command_line(console: Console) -> None:
+    with urllib.request.urlopen(console.url + "/actions/tenant?tenant=initech&pause=0",
+                                timeout=10) as answer:
+        found = re.search(r'name="csrf" value="([^"]+)"', answer.read().decode())
+    assert found is not None
+    token = found.group(1)
+    target = parked(console)[0]
+    actions = {
+        "/actions/tenant": {"tenant": "initech", "pause": "0"},
+        "/actions/reconcile": {"tenant": target["tenant"], "key": target["delivery_key"],
+                               "as": "failed"},
+        "/actions/bulk": {"state": "dead", "tenant": "globex", "as": "retry"},
+    }
+    with console.conn() as conn:
+        before = conn.execute("select count(*) as n from operator_actions").fetchone()
+    cases = [*BAD_REASONS.values(), (" ", BLANK_REQUIRED), (None, BLANK_REQUIRED)]
+    for path, fields in actions.items():
+        for reason, line in cases:
+            sent = {**fields, "csrf": token} | ({} if reason is None else {"reason": reason})
+            request = urllib.request.Request(
+                console.url + path, data=urllib.parse.urlencode(sent).encode(), method="POST",
+                headers={"Content-Type": "application/x-www-form-urlencoded"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            body = refused.value.read().decode()
+            shown = re.search(r'id="error">(.*?)</p>', body, re.S)
+            assert (refused.value.code, html.unescape(shown.group(1)) if shown else body) == (
+                400, line), (path, reason)
+    with console.conn() as conn:
+        assert conn.execute("select count(*) as n from operator_actions").fetchone() == before
+    assert "initech" in status(console)["paused_tenants"]
+    assert parked(console)[0] == target
 
 
 def test_bad_input_is_one_line_on_the_page(console: Console, page: Any) -> None:

@@ -18,7 +18,7 @@ from reminders import config, db, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
 from tests.conftest import T0, make_runtime
-from tests.integration.cli_helpers import Cli
+from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
 MOTO_ARN = f"arn:aws:sts::{ACCOUNT}:user/moto"  # who moto's STS says signed
@@ -180,6 +180,41 @@ def test_the_attention_list_and_reasons_are_checked_as_locally(
     assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 0}
     assert one(conn, "select state from schedules where schedule_key = 'inv-1'")["state"] == (
         "active")
+
+
+# Every command the operations function runs that takes a reason, and whether it needs one.
+REMOTE_REASONS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "reconcile": ("reconcile", {"key": "KEY", "as": "failed"}, True),
+    "reconcile bulk": ("reconcile", {"state": "unknown", "tenant": "acme", "as": "failed"}, True),
+    "cancel": ("cancel", {"key": "inv-1"}, False),
+    "tenants pause": ("tenants pause", {"tenant": "acme"}, False),
+    "tenants resume": ("tenants resume", {"tenant": "acme"}, False),
+}
+
+
+@pytest.mark.parametrize("name", REMOTE_REASONS)
+def test_a_reason_is_refused_as_locally_through_the_operations_function(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection,
+        name: str) -> None:
+    from reminders.ops import COMMANDS
+
+    assert {c for c, (allowed, _) in COMMANDS.items() if "reason" in allowed} == {
+        command for command, _, _ in REMOTE_REASONS.values()}
+    schedule(cli)
+    conn.execute("update deliveries set state = 'unknown', reason = 'test'")
+    command, args, required = REMOTE_REASONS[name]
+    if args.get("key") == "KEY":
+        args = {**args, "key": one(conn, "select delivery_key from deliveries")["delivery_key"]}
+    blank = BLANK_REQUIRED if required else BLANK_OPTIONAL
+    cases = [*BAD_REASONS.values(), ("a\x00b", "--reason: contains a control character: "
+                                               "'a\\x00b'"),
+             (" ", blank), ("", blank)]
+    for reason, line in cases:
+        answer = invoke(sts, command, {**args, "reason": reason})
+        assert (answer["code"], answer["error"]) == (2, line), reason
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 0}
+    assert one(conn, "select state from deliveries")["state"] == "unknown"
+    assert one(conn, "select state from schedules")["state"] == "active"
 
 
 @pytest.mark.parametrize(("command", "args", "line"), [

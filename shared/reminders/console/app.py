@@ -34,6 +34,7 @@ from reminders.cli_format import duration
 from reminders.console.charts import lateness_svg
 from reminders.console.serve import ConsoleContext
 from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound, RemindersError
+from reminders.reasons import MAX_REASON_LENGTH, checked_reason
 
 HERE = Path(__file__).resolve().parent
 CHANNELS = ("webhook", "email", "sms")
@@ -119,7 +120,7 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starle
                        states=operator.STATES, parked_states=operator.PARKED_STATES,
                        bulk_states=operator.BULK_STATES, channels=CHANNELS,
                        targets=operator.RECONCILE_TARGETS, actor=ctx.actor,
-                       page_sizes=PAGE_SIZES)
+                       page_sizes=PAGE_SIZES, max_reason_length=MAX_REASON_LENGTH)
     env.filters["duration"] = lambda v: duration(v, none="-")
     env.filters["query"] = _query
 
@@ -170,12 +171,9 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starle
             raise Forbidden("a form posted from another site is refused")
 
     def reason_of(form: FormData) -> str:
-        reason = _text(form, "reason")
-        if reason is None:
-            raise InvalidInput("reason: required; say what you checked or why")
-        if any(ch in reason for ch in "\x00\r\n"):
-            raise InvalidInput("reason: one line of text, please")
-        return reason
+        """Every action needs a reason, by the command line's rule (and its message)."""
+        value = form.get("reason")
+        return checked_reason(value if isinstance(value, str) else None, required=True)
 
     async def posted(request: Request, work: Callable[[Any, FormData], dict[str, Any]],
                      name: str) -> Response:
@@ -268,9 +266,8 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starle
             target = _text(form, "as")
             if key is None or tenant is None or target is None:
                 raise InvalidInput("a delivery is named by key and tenant, and `as` is needed")
-            reason = reason_of(form)
             result = operator.reconcile(conn, key=key, tenant=tenant, target=target,
-                                        reason=f"{reason} (console, by {ctx.actor})",
+                                        reason=reason_of(form), note=f"console, by {ctx.actor}",
                                         now=ctx.now(), who=ctx.actor)
             return {"title": "Done", "what": f"reconciled {key} as {target}",
                     "result": result, "links": [("the delivery", "/delivery?" + _query(
