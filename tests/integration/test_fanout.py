@@ -261,3 +261,25 @@ def test_publish_incomplete_names_the_first_reason(harness: Harness) -> None:
     with pytest.raises(PublishIncomplete, match=r"refused 1 of 1 messages \(first: "
                                                 r"SendMessageBatch failed"):
         sender.send(json.loads(fanout.payload([LeaseMessage(7, uuid4())])))
+
+
+def test_a_bad_publisher_setting_fails_its_cold_start_in_one_line() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMINDERS_")}
+    env.update({"AWS_LAMBDA_FUNCTION_NAME": "publisher", "AWS_DEFAULT_REGION": "us-east-1",
+                "REMINDERS_QUEUE_URL": "http://q", "REMINDERS_PUBLISH_CONCURRENCY": "many"})
+    done = subprocess.run([sys.executable, "-c", "import functions.publisher.handler"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "reminders.errors.ConfigError: REMINDERS_PUBLISH_CONCURRENCY must be a whole number, "
+        "got 'many'")
+    del env["REMINDERS_QUEUE_URL"], env["REMINDERS_PUBLISH_CONCURRENCY"]
+    done = subprocess.run([sys.executable, "-c", "import functions.publisher.handler"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().splitlines()[-1] == (
+        "reminders.errors.ConfigError: REMINDERS_QUEUE_URL is not set: the publisher sends "
+        "to it")
