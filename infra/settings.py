@@ -48,12 +48,19 @@ RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
     "redriveBudget": (0, 100),
     "scanSeconds": (1, 840),
     "publishConcurrency": (1, 64),
+    "publishChunk": (1, 2000),
     "sendTimeoutSeconds": (1, 120),
     "invocationMarginSeconds": (0, 600),
     "dbLockTimeoutMs": (1, 600_000),
     "dbStatementTimeoutMs": (100, 3_600_000),
 }
 
+
+# The publisher function's asynchronous configuration: Lambda retries a failed chunk at most
+# twice and drops one older than this (its alarm fires). A chunk is worthless once its leases
+# expire (the scanner reclaims them), so leaseSeconds must outlast this and a consumer's run.
+PUBLISHER_RETRY_ATTEMPTS = 2
+PUBLISHER_MAX_EVENT_AGE_SECONDS = 120
 
 # operatorAccess values: the operations function alone, or with an SSM port-forward instance.
 OPERATOR_ACCESS = ("", "bastion")
@@ -167,6 +174,13 @@ class Settings:
     scan_batch: int = 1000
     scan_seconds: int = 0  # 0: derived from the scanner timeout and the tick period
     publish_concurrency: int = 10  # SendMessageBatch calls in flight (the pool holds 64)
+    # Fan-out: the scanner hands chunks of publishChunk leases to the publisher function
+    # (asynchronous invokes, publishConcurrency at a time); off: it publishes them itself.
+    publisher_fan_out: bool = True
+    publish_chunk: int = 1000
+    publisher_reserved_concurrency: int = 10
+    publisher_timeout_seconds: int = 30
+    publisher_memory_mib: int = 1769  # one full vCPU: SendMessageBatch is CPU-bound in boto3
     inflight_budget: int = 0  # 0: derived from what the consumers can take
     inflight_factor: int = 4
     send_timeout_seconds: int = 15
@@ -287,6 +301,8 @@ class Settings:
             raise SettingsError("redriveMaxConcurrency must be at least 2")
         if self.scanner_reserved_concurrency < 1:
             raise SettingsError("scannerReservedConcurrency must be at least 1")
+        if self.publisher_reserved_concurrency < 1:
+            raise SettingsError("publisherReservedConcurrency must be at least 1")
         if "@" not in self.email_sender:
             raise SettingsError("emailSender must be an email address")
         outcome_thresholds = {
@@ -367,6 +383,7 @@ class Settings:
             "leaseSeconds": self.lease_seconds,
             "redriveBudget": self.redrive_budget,
             "publishConcurrency": self.publish_concurrency,
+            "publishChunk": self.publish_chunk,
             "sendTimeoutSeconds": self.send_timeout_seconds,
             "invocationMarginSeconds": self.invocation_margin_seconds,
             "dbLockTimeoutMs": self.db_lock_timeout_ms,
@@ -385,6 +402,7 @@ class Settings:
             "consumerTimeoutSeconds": self.consumer_timeout_seconds,
             "redriveTimeoutSeconds": self.redrive_timeout_seconds,
             "migrateTimeoutSeconds": self.migrate_timeout_seconds,
+            "publisherTimeoutSeconds": self.publisher_timeout_seconds,
         }
         for name, seconds in timeouts.items():
             if not 1 <= seconds <= MAX_FUNCTION_TIMEOUT_SECONDS:
@@ -394,6 +412,7 @@ class Settings:
         for name, mib in {
             "scannerMemoryMib": self.scanner_memory_mib,
             "consumerMemoryMib": self.consumer_memory_mib,
+            "publisherMemoryMib": self.publisher_memory_mib,
         }.items():
             if not 128 <= mib <= 10_240:
                 raise SettingsError(f"{name} must be between 128 and 10240, got {mib}")
@@ -439,6 +458,14 @@ class Settings:
                 f"record the outcomes), got {self.consumer_timeout_seconds}: a shorter "
                 "invocation starts no send (every message comes back until it is "
                 "dead-lettered) or times out before it records what it sent"
+            )
+        lease_needed = PUBLISHER_MAX_EVENT_AGE_SECONDS + self.consumer_timeout_seconds
+        if self.publisher_fan_out and self.lease_seconds <= lease_needed:
+            raise SettingsError(
+                f"leaseSeconds must be above {lease_needed} with publisherFanOut on (a chunk "
+                f"may reach the queue up to {PUBLISHER_MAX_EVENT_AGE_SECONDS} s after it was "
+                f"leased, and a consumer then needs consumerTimeoutSeconds "
+                f"{self.consumer_timeout_seconds}), got {self.lease_seconds}"
             )
         scan_high = min(
             self.scanner_timeout_seconds // 2,

@@ -1,5 +1,5 @@
-"""The five Lambda functions (scanner, consumer, redrive, migrate, ops), built from one code
-asset and one dependency layer."""
+"""The Lambda functions (scanner, publisher, consumer, redrive, migrate, ops), built from one
+code asset and one dependency layer."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ from infra.constructs.network import Network
 from infra.constructs.queues import Queues
 from infra.layer import BYTECODE_STAMP, STAMP_NAME, build_layer, stage_code
 from infra.nag import acknowledge
-from infra.settings import Settings, SettingsError, retention_days
+from infra.settings import (
+    PUBLISHER_MAX_EVENT_AGE_SECONDS,
+    PUBLISHER_RETRY_ATTEMPTS,
+    Settings,
+    SettingsError,
+    retention_days,
+)
 
 # One operator command at a time (functions/ops).
 OPS_CONCURRENCY = 1
@@ -66,6 +72,7 @@ class FunctionDefaults:
         async_retry_attempts: int | None = None,
         async_max_event_age: Duration | None = None,
         function_name: str | None = None,
+        shared_environment: bool = True,
     ) -> lambda_.Function:
         construct_id = name.capitalize()
         log_group = logs.LogGroup(
@@ -103,7 +110,8 @@ class FunctionDefaults:
             role=role,
             memory_size=memory_mib,
             timeout=Duration.seconds(timeout_seconds),
-            environment={**self.environment, **(environment or {})},
+            environment={**(self.environment if shared_environment else {}),
+                         **(environment or {})},
             vpc=self.vpc,
             vpc_subnets=subnets,
             security_groups=[self.security_group],
@@ -154,13 +162,36 @@ class Functions(Construct):
         # Scanner, consumer and redrive log in as the application role; only migrate (which
         # creates that role and owns the schema) gets the master credentials.
         app_login = {"REMINDERS_DB_SECRET_ARN": database.app_secret.secret_arn}
+        # Fan-out: chunks of the scanner's leases, sent to the deliveries queue. No database:
+        # only the queue's URL and how many SendMessageBatch calls to keep in flight.
+        self.publisher: lambda_.Function | None = None
+        fan_out: dict[str, str] = {}
+        if settings.publisher_fan_out:
+            self.publisher = defaults.create(
+                "publisher",
+                description="Sends a chunk of the scanner's leased ids to the deliveries queue",
+                timeout_seconds=settings.publisher_timeout_seconds,
+                subnets=network.private_subnets,
+                memory_mib=settings.publisher_memory_mib,
+                environment=publisher_environment(settings, queues),
+                shared_environment=False,
+                reserved_concurrency=settings.publisher_reserved_concurrency,
+                # A failed chunk is retried; one never sent leaves its leases to expire, and
+                # the scanner reclaims them (AsyncEventsDropped alarms).
+                async_retry_attempts=PUBLISHER_RETRY_ATTEMPTS,
+                async_max_event_age=Duration.seconds(PUBLISHER_MAX_EVENT_AGE_SECONDS),
+            )
+            fan_out = {
+                "REMINDERS_PUBLISHER_FUNCTION": self.publisher.function_name,
+                "REMINDERS_PUBLISH_CHUNK": str(settings.publish_chunk),
+            }
         self.scanner = defaults.create(
             "scanner",
             description="Leases due deliveries and publishes their ids to the deliveries queue",
             timeout_seconds=settings.scanner_timeout_seconds,
             subnets=network.private_subnets,
             memory_mib=settings.scanner_memory_mib,
-            environment={**scanner_environment(settings), **app_login},
+            environment={**scanner_environment(settings), **app_login, **fan_out},
             reserved_concurrency=settings.scanner_reserved_concurrency,
             # A failed tick is not retried: the next tick a minute later picks up the work.
             async_retry_attempts=0,
@@ -214,6 +245,8 @@ class Functions(Construct):
             "migrate": self.migrate,
             "ops": self.ops,
         }
+        if self.publisher is not None:
+            self.all["publisher"] = self.publisher
 
         check_visibility(queues.deliveries, self.consumer)
 
@@ -231,13 +264,32 @@ class Functions(Construct):
         _grant_secret_value(self.migrate, database.secret)
         # migrate sets the application role's password from its secret.
         _grant_secret_value(self.migrate, database.app_secret, sid="ReadAppDatabaseSecret")
+        # With fan-out the scanner only reads the queue's depth and invokes the publisher,
+        # which alone sends.
         self.scanner.add_to_role_policy(
             iam.PolicyStatement(
                 sid="PublishDeliveries",
-                actions=["sqs:SendMessage", "sqs:GetQueueAttributes"],
+                actions=["sqs:GetQueueAttributes"]
+                if self.publisher is not None
+                else ["sqs:SendMessage", "sqs:GetQueueAttributes"],
                 resources=[queues.deliveries.queue_arn],
             )
         )
+        if self.publisher is not None:
+            self.scanner.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="InvokePublisher",
+                    actions=["lambda:InvokeFunction"],
+                    resources=[self.publisher.function_arn],
+                )
+            )
+            self.publisher.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="SendDeliveries",
+                    actions=["sqs:SendMessage"],
+                    resources=[queues.deliveries.queue_arn],
+                )
+            )
         # `status` shows the queues' counts beside Postgres' (reminders.queue.Queue.counts).
         self.ops.add_to_role_policy(
             iam.PolicyStatement(
@@ -383,6 +435,16 @@ def scanner_environment(settings: Settings) -> dict[str, str]:
         **service_environment(settings),
         "REMINDERS_SCAN_SECONDS": str(settings.effective_scan_seconds),
         "REMINDERS_PUBLISH_CONCURRENCY": str(settings.publish_concurrency),
+    }
+
+
+def publisher_environment(settings: Settings, queues: Queues) -> dict[str, str]:
+    """The publisher reads no database: the queue, its send concurrency, logging."""
+    return {
+        "REMINDERS_QUEUE_URL": queues.deliveries.queue_url,
+        "REMINDERS_PUBLISH_CONCURRENCY": str(settings.publish_concurrency),
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "LOG_LEVEL": settings.log_level,
     }
 
 

@@ -98,6 +98,8 @@ class Monitoring(Construct):
         ]
         for name, function in functions.items():
             specs += _function_alarms(name.capitalize(), function)
+        if "publisher" in functions:
+            specs += _publisher_alarms(functions["publisher"])
 
         self.alarms: dict[str, cw.IAlarm] = {}
         action = cw_actions.SnsAction(self.topic)
@@ -520,6 +522,29 @@ def _function_alarms(label: str, function: lambda_.IFunction) -> list[AlarmSpec]
                 f"The {label.lower()} function was throttled. First: check the account's "
                 "concurrent executions and this function's reserved or maximum concurrency "
                 "(derived from dbConnectionBudget)."
+            ),
+        ),
+    ]
+
+
+def _publisher_alarms(publisher: lambda_.IFunction) -> list[AlarmSpec]:
+    """A chunk Lambda gave up on (retries spent, or older than the maximum event age): its
+    leases expire and the scanner reclaims them, late."""
+    return [
+        AlarmSpec(
+            name="PublisherEventsDropped",
+            metric=publisher.metric(
+                "AsyncEventsDropped", statistic=cw.Stats.SUM, period=FIVE_MINUTES
+            ),
+            threshold=1,
+            comparison=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            description=(
+                "Lambda dropped a chunk of leased ids the publisher could not send (its retries "
+                "spent or its event too old). Those deliveries go out after their leases expire "
+                "(leaseSeconds) and the scanner reclaims them. First: read the PublisherErrors "
+                "alarm and the publisher's log group (level ERROR) for why SendMessageBatch "
+                "failed; check the SQS endpoint and the deliveries queue."
             ),
         ),
     ]

@@ -31,6 +31,10 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     # who invoked it (reminders.identity).
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
 }
+# With publisher fan-out the scanner calls Lambda's Invoke API from its isolated subnets.
+FAN_OUT_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+    "Lambda": ec2.InterfaceVpcEndpointAwsService.LAMBDA_,
+}
 
 
 class Network(Construct):
@@ -122,7 +126,10 @@ class Network(Construct):
                 private_dns_enabled=True,
                 open=False,
             )
-            for name, service in INTERFACE_ENDPOINTS.items()
+            for name, service in {
+                **INTERFACE_ENDPOINTS,
+                **(FAN_OUT_ENDPOINTS if settings.publisher_fan_out else {}),
+            }.items()
         }
 
     def _existing(self, settings: Settings) -> None:

@@ -20,6 +20,9 @@ MAX_RETRY_DELAY_RANGE = (60, 30 * 86_400)
 # own schema, so it installs into an application's database without touching the
 # application's tables. A plain lower-case identifier: it goes into search_path unquoted.
 DEFAULT_SCHEMA = "reminders"
+# A publisher invocation's payload is about 60 bytes a message; Lambda takes at most 256 KiB
+# for an asynchronous invoke, so a chunk stays well under it.
+MAX_PUBLISH_CHUNK = 2000
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -38,6 +41,7 @@ class Limits:
     max_retry_delay: int = 86_400  # seconds: no retry is scheduled further ahead than this
     scan_seconds: int = 30         # a scanner tick drains for this long at most
     publish_concurrency: int = 10  # SendMessageBatch calls of a tick in flight together
+    publish_chunk: int = 1000      # messages per publisher invocation (fan-out) at most
     retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
     idle_check_seconds: int = 60   # a connection idle this long is checked before it is used
     first_batch: int = 100         # recurring schedules recorded through SQL expanded per tick
@@ -63,6 +67,8 @@ class Settings:
     send_timeout: float = 15.0     # one wall-clock deadline per send: connect, write, whole read
     secrets_key_id: str | None = None  # the KMS key webhook secrets are sealed with
     db_schema: str = DEFAULT_SCHEMA  # the Postgres schema of the service's tables
+    # The function the scanner hands chunks of leases to (fan-out); empty: it publishes itself.
+    publisher_function: str = ""
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -118,6 +124,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
         scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
         publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 10, 1, 64),
+        publish_chunk=_int(env, "REMINDERS_PUBLISH_CHUNK", 1000, 1, MAX_PUBLISH_CHUNK),
         retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
         idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
         first_batch=_int(env, "REMINDERS_FIRST_BATCH", 100, 1, 10_000),
@@ -207,6 +214,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         send_timeout=_float(env, "REMINDERS_SEND_TIMEOUT", 15.0),
         secrets_key_id=env.get("REMINDERS_SECRETS_KEY_ID") or None,
         db_schema=schema_from_env(env),
+        publisher_function=env.get("REMINDERS_PUBLISHER_FUNCTION", ""),
     )
 
 

@@ -1,18 +1,18 @@
 """The command line's side of ``--stack``: find the stack's operations function, prove who is
 calling, invoke it with the caller's IAM credentials, and hand back its :class:`Outcome`.
 
-The invoker is a port: :class:`LambdaInvoker` calls Lambda's Invoke API with boto3; tests and
-other callers may install another with :func:`install_invoker` (for instance one that calls
-the handler in the same process).
+The invoker is a port: :class:`LambdaInvoker` (reminders.lambdas) calls Lambda's Invoke API
+with boto3; tests and other callers may install another with :func:`install_invoker` (for
+instance one that calls the handler in the same process).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from reminders.errors import CommandFailed, InvalidInput, NotFound
+from reminders.lambdas import LambdaInvoker
 from reminders.outcome import EXIT_UNAVAILABLE, EXIT_USAGE, Outcome
 
 # The stack output that names the operations function (infra/stack.py).
@@ -24,32 +24,6 @@ INVOKE_READ_TIMEOUT_SECONDS = 330
 
 class Invoker(Protocol):
     def invoke(self, payload: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class LambdaInvoker:
-    """A synchronous Invoke of one function, never retried (a write must not run twice)."""
-
-    def __init__(self, function_name: str, client: Any) -> None:
-        self.function_name = function_name
-        self.client = client
-
-    def invoke(self, payload: dict[str, Any]) -> dict[str, Any]:
-        answer = self.client.invoke(FunctionName=self.function_name,
-                                    InvocationType="RequestResponse",
-                                    Payload=json.dumps(payload).encode())
-        body = answer["Payload"].read()
-        try:
-            data = json.loads(body or b"null")
-        except ValueError:
-            data = None
-        if answer.get("FunctionError"):
-            message = data.get("errorMessage") if isinstance(data, dict) else None
-            raise CommandFailed(f"the operations function {self.function_name} failed: "
-                                f"{message or answer['FunctionError']}", code=EXIT_UNAVAILABLE)
-        if not isinstance(data, dict):
-            raise CommandFailed(f"the operations function {self.function_name} answered "
-                                "something other than a JSON object", code=EXIT_UNAVAILABLE)
-        return data
 
 
 def lambda_client() -> Any:

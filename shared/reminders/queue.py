@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 from uuid import UUID
 
 from reminders.errors import InvalidInput
@@ -30,6 +30,11 @@ class LeaseMessage:
     def body(self) -> str:
         # What json.dumps gives with compact separators: an int and a UUID need no escaping.
         return f'{{"delivery_id":{int(self.delivery_id)},"lease_token":"{self.lease_token}"}}'
+
+    @classmethod
+    def checked(cls, delivery_id: Any, lease_token: Any) -> LeaseMessage:
+        """From untrusted values (a publisher's payload); InvalidInput names what is wrong."""
+        return cls(_delivery_id(delivery_id), _lease_token(lease_token))
 
 
 def parse_body(body: str) -> LeaseMessage:
@@ -114,6 +119,14 @@ def _shown(value: Any, limit: int = 60) -> str:
 class Rejected:
     message: LeaseMessage
     reason: str
+
+
+class Publisher(Protocol):
+    """What the scanner hands its leases to: the deliveries queue itself, or a fan-out to
+    publisher functions (reminders.fanout). Returns the messages that were refused."""
+
+    def publish(self, messages: Sequence[LeaseMessage], *,
+                concurrency: int = 1) -> list[Rejected]: ...
 
 
 class Queue:

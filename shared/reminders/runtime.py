@@ -14,7 +14,7 @@ from reminders.channels.base import Channel
 from reminders.clock import Clock, clock_from_env
 from reminders.errors import AuthenticationFailed, DatabaseUnavailable
 from reminders.observability import Metrics, NoMetrics
-from reminders.queue import Queue
+from reminders.queue import Publisher, Queue
 from reminders.secret_box import SecretBox
 
 
@@ -34,6 +34,9 @@ class Runtime:
     # Opens the endpoints' sealed webhook secrets (KMS); None: no KMS client (only plaintext
     # rows not yet encrypted can be signed for).
     secret_box: SecretBox | None = None
+    # Where the scanner hands its leases: a fan-out to publisher functions (reminders.fanout);
+    # None: it publishes to the deliveries queue itself.
+    fanout: Publisher | None = None
     _conn: db.Connection | None = None
     _used: float = 0.0
 
@@ -68,6 +71,11 @@ class Runtime:
                           lock_timeout_ms=limits.lock_timeout_ms,
                           statement_timeout_ms=limits.statement_timeout_ms,
                           schema=self.settings.db_schema)
+
+    @property
+    def publisher(self) -> Publisher:
+        """What the scanner publishes through: the fan-out if one is set, else the queue."""
+        return self.fanout if self.fanout is not None else self.deliveries
 
     def close(self) -> None:
         if self._conn is not None:
@@ -157,6 +165,13 @@ def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | Non
     def database_url() -> str:  # read from the secret again (it rotates)
         return config.database_url_from_env(env)
 
+    fanout = None
+    if settings.publisher_function:
+        from reminders.fanout import publisher_from_settings
+
+        fanout = publisher_from_settings(settings.publisher_function,
+                                         settings.limits.publish_chunk)
+
     return Runtime(
         settings=settings,
         clock=clock or clock_from_env(dict(environ) if environ is not None else None),
@@ -167,6 +182,7 @@ def from_env(environ: Mapping[str, str] | None = None, *, metrics: Metrics | Non
         secret_box=secret_box(settings, aws.send_client),
         metrics=metrics or NoMetrics(),
         database_url_source=None if env.get("DATABASE_URL") else database_url,
+        fanout=fanout,
     )
 
 

@@ -170,14 +170,15 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         leased.sort(key=_lease_order)
         summary.leased += len(leased)
         messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
-        rejected = rt.deliveries.publish(messages, concurrency=limits.publish_concurrency)
+        rejected = rt.publisher.publish(messages, concurrency=limits.publish_concurrency)
         summary.published += len(messages) - len(rejected)
         live += len(leased)
         if rejected:
             released = db.execute(conn, "lease_release", {
                 "ids": [r.message.delivery_id for r in rejected],
                 "tokens": [r.message.lease_token for r in rejected],
-                "reason": "queue refused the message; due again next tick", "now": now})
+                "reason": "queue refused the message (or its publisher was not invoked); "
+                          "due again next tick", "now": now})
             summary.released += released
             logger.warning("publish rejected", extra={
                 "rejected": len(rejected), "released": released,

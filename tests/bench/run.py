@@ -45,6 +45,7 @@ from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_py
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
 from tests.bench.counts import bench_counts_trigger
+from tests.bench.publishing import bench_publisher_fan_out
 from tests.bench.support import (
     NOW,
     URL,
@@ -763,6 +764,7 @@ def main() -> int:
         figure("fairness", lambda: bench_fairness(server))
         figure("burst", lambda: bench_burst(server, burst))
         figure("fan_out", lambda: bench_fan_out(server))
+        figure("publisher_fan_out", lambda: bench_publisher_fan_out(server))
         figure("lease", lambda: bench_lease(server))
         figure("recheck", lambda: bench_recheck(server))
         figure("recurrence", bench_recurrence)

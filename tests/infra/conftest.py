@@ -42,6 +42,7 @@ SWITCHED_CONTEXT: dict[str, object] = {
     "dbLockTimeoutMs": "2000",
     "dbStatementTimeoutMs": "10000",
     "consumerMemoryMib": "1024",
+    "publisherFanOut": "false",
 }
 
 

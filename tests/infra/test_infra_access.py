@@ -272,9 +272,10 @@ def test_no_grant_of_an_action_nothing_calls(default: Synthesized) -> None:
         assert unused not in actions
     for name in (*SERVICE_FUNCTIONS, "migrate"):
         assert "secretsmanager:DescribeSecret" not in _actions(_statements_of(default, name))
-    # The scanner publishes and reads the deliveries queue's depth; redrive only parks.
+    # The scanner reads the deliveries queue's depth (the publisher sends, fan-out being on
+    # by default); redrive only parks.
     scanner_sqs = {a for a in _actions(_statements_of(default, "scanner")) if a.startswith("sqs:")}
-    assert scanner_sqs == {"sqs:SendMessage", "sqs:GetQueueAttributes"}
+    assert scanner_sqs == {"sqs:GetQueueAttributes"}
     parking_id = default.json["Outputs"]["ParkingQueueArn"]["Value"]["Fn::GetAtt"][0]
     ops = _statements_of(default, "ops")
     on_parking = [

@@ -151,7 +151,7 @@ def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -
 def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synthesized) -> None:
     functions = [
         default.function(name)[1]["Properties"]
-        for name in ("scanner", "consumer", "redrive", "migrate")
+        for name in ("scanner", "consumer", "redrive", "migrate", "publisher")
     ]
     assert len({str(f["Code"]) for f in functions}) == 1
     assert len({str(f["Layers"]) for f in functions}) == 1

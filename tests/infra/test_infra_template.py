@@ -400,8 +400,9 @@ def test_interface_endpoints_for_every_aws_api_the_functions_call(default: Synth
     suffixes = {name.rsplit(".", 1)[-1] for name in names}
     # Nothing in the VPC calls CloudWatch, Logs or X-Ray: EMF metrics and logs leave through
     # the Lambda service, trace segments through Lambda's own X-Ray daemon. KMS: webhook
-    # secrets are sealed. STS: the operations function checks who invoked it.
-    assert suffixes == {"sqs", "secretsmanager", "email", "sns", "kms", "sts"}
+    # secrets are sealed. STS: the operations function checks who invoked it. Lambda: the
+    # scanner invokes the publisher (fan-out, on by default).
+    assert suffixes == {"sqs", "secretsmanager", "email", "sns", "kms", "sts", "lambda"}
 
 
 # --- database ---------------------------------------------------------------------------

@@ -2,7 +2,11 @@
 not here): ``POST /2015-03-31/functions/NAME/invocations`` calls a handler in this process
 with the request body as its event, as Lambda does for a synchronous invoke, and answers the
 way Lambda does (the handler's JSON, or ``X-Amz-Function-Error`` when it raised). So the
-command line's boto3 invoker runs for real, over HTTP, up to the handler."""
+command line's boto3 invoker runs for real, over HTTP, up to the handler.
+
+An asynchronous invoke (``X-Amz-Invocation-Type: Event``) is answered 202 with no body, as
+Lambda does once it has queued the event; the handler runs before the answer (Lambda would
+run it later) and what it raises is kept in ``async_errors``, never answered."""
 
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class Context:
 class LambdaStandIn:
     functions: dict[str, Callable[[Any, Any], Any]]
     calls: list[dict[str, Any]] = field(default_factory=list)
+    async_errors: list[str] = field(default_factory=list)
 
     def start(self) -> str:
         stand_in = self
@@ -55,6 +60,13 @@ class LambdaStandIn:
                     self._answer(404, {"Type": "User", "message": f"Function not found: {name}"},
                                  {"x-amzn-ErrorType": "ResourceNotFoundException"})
                     return
+                if self.headers.get("X-Amz-Invocation-Type") == "Event":
+                    try:
+                        stand_in.functions[name](json.loads(body), Context(name))
+                    except Exception as exc:  # noqa: BLE001 (Lambda would retry, then drop)
+                        stand_in.async_errors.append(f"{type(exc).__name__}: {exc}")
+                    self._answer(202, None, {})
+                    return
                 try:
                     result = stand_in.functions[name](json.loads(body), Context(name))
                 except Exception as exc:  # noqa: BLE001 (Lambda reports it as a function error)
@@ -65,7 +77,7 @@ class LambdaStandIn:
                 self._answer(200, result, {"X-Amz-Executed-Version": "$LATEST"})
 
             def _answer(self, status: int, data: Any, headers: dict[str, str]) -> None:
-                payload = json.dumps(data).encode()
+                payload = b"" if data is None else json.dumps(data).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))

@@ -20,7 +20,8 @@ def loaded_after(code: str) -> list[str]:
 
 def test_no_handler_imports_the_console() -> None:
     assert loaded_after("import functions.scanner.handler, functions.consumer.handler, "
-                        "functions.redrive.handler, functions.migrate.handler") == []
+                        "functions.redrive.handler, functions.migrate.handler, "
+                        "functions.publisher.handler") == []
 
 
 def test_the_command_line_imports_it_only_for_the_console_command() -> None:
