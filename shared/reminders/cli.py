@@ -542,14 +542,17 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
     from reminders import db
 
     with _conn() as conn, db.transaction(conn):
+        before = db.fetch_one(conn, "kind_get", {"name": args.name})
         row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
                                  backoff_cap=cap, retention=keep)
-        _record(conn, args, "set", "kind", row["name"], None)
+        changed = before is None or _kind_json(before) != _kind_json(row)
+        if changed:  # a repeat that changes nothing is not an action
+            _record(conn, args, "set", "kind", row["name"], None)
     from reminders.cli_format import duration
 
-    data = _kind_json(row)
+    data = {**_kind_json(row), "changed": changed}
     emit(args, data, f"kind {row['name']}: stale after "
                      f"{duration(data['stale_after_seconds'])}, max attempts "
                      f"{data['max_attempts']}, redrive budget {data['redrive_budget']}, backoff "

@@ -38,7 +38,8 @@ def test_schedule_send_and_inspect_a_webhook(aws_cli: Cli, conn: db.Connection,
                "--json").json()
     assert kind == {"name": "trip", "stale_after_seconds": 10800.0, "max_attempts": 4,
                     "redrive_budget": 3, "backoff_base_seconds": 30.0,
-                    "backoff_cap_seconds": 3600.0, "retention_seconds": 2592000.0}
+                    "backoff_cap_seconds": 3600.0, "retention_seconds": 2592000.0,
+                    "changed": True}
 
     schedule = ("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
                 "--to", url, "--at", DUE, "--kind", "trip", "--key", "k1",

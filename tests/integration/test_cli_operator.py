@@ -506,6 +506,9 @@ def test_every_operator_action_records_who_and_why(cli: Cli, conn: db.Connection
     alice = {"REMINDERS_ACTOR": "alice@example.com"}
     cli("kinds", "set", "trip", "--max-attempts", "3", "--reason", "CHG-1", "--json",
         **alice).json()
+    again = cli("kinds", "set", "trip", "--max-attempts", "3", "--reason", "CHG-1b", "--json",
+                **alice).json()
+    assert again["changed"] is False  # a repeat that changes nothing records no action
     cli("endpoints", "add", url, "--secret", new_secret(), "--reason", "CHG-2", "--json",
         **alice).json()
     made = cli("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",

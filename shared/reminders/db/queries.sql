@@ -38,6 +38,11 @@ on conflict (name) do update set
     updated_at     = %(now)s
 returning name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention;
 
+-- name: kind_get
+-- One kind, locked for a change of its policies (who changed what is recorded only if it did).
+select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
+from kinds where name = %(name)s for no key update;
+
 -- name: kinds_list
 select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
 from kinds order by name;
