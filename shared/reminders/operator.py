@@ -311,16 +311,28 @@ def deliveries(conn: db.Connection, *, limit: int, state: str | None = None,
 
     if state is not None and state not in STATES:
         raise InvalidInput(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
+    return _page(conn, "deliveries_filtered", limit=limit, state=state, tenant=tenant,
+                 kind=kind, channel=channel, recipient=recipient, due_from=due_from,
+                 due_to=due_to, after=after)
+
+
+def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
+          tenant: str | None, kind: str | None, channel: str | None, recipient: str | None,
+          due_from: datetime | None, due_to: datetime | None,
+          after: tuple[datetime, int] | None) -> tuple[list[dict[str, Any]], bool]:
+    """One page of ``query`` (a keyset page by (due_at, id)), and whether more match. Each
+    listing keeps its own query so the planner sees its literal predicate (the parked one is
+    read off the partial index of parked rows)."""
+    from reminders.errors import InvalidInput
+
     if not 1 <= limit <= 10_000:
         raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
-    rows = db.fetch_all(conn, "deliveries_filtered", {
+    rows = db.fetch_all(conn, query, {
         "state": state, "tenant": tenant, "kind": kind, "channel": channel,
         "recipient": recipient, "due_from": due_from, "due_to": due_to,
         "after_due": after[0] if after else None, "after_id": after[1] if after else None,
         "limit": limit + 1})
-    more = len(rows) > limit
-    page = [{**_page_row(r), "id": r["id"]} for r in rows[:limit]]
-    return page, more
+    return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit
 
 
 def tenants(conn: db.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
@@ -370,14 +382,9 @@ def attention(conn: db.Connection, *, limit: int, state: str | None = None,
 
     if state is not None and state not in PARKED_STATES:
         raise InvalidInput(f"state must be one of {', '.join(PARKED_STATES)}, got {state!r}")
-    if not 1 <= limit <= 10_000:
-        raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
-    rows = db.fetch_all(conn, "deliveries_parked_page", {
-        "state": state, "tenant": tenant, "kind": kind, "channel": channel,
-        "recipient": recipient, "due_from": due_from, "due_to": due_to,
-        "after_due": after[0] if after else None, "after_id": after[1] if after else None,
-        "limit": limit + 1})
-    return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit
+    return _page(conn, "deliveries_parked_page", limit=limit, state=state, tenant=tenant,
+                 kind=kind, channel=channel, recipient=recipient, due_from=due_from,
+                 due_to=due_to, after=after)
 
 
 def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reason: str,
