@@ -143,7 +143,7 @@ def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock
     settings = config.load(env)
 
     def client(service: str, client_config: Any = None) -> Any:
-        return stack.aws_client(service, endpoint, client_config)
+        return stack.service_client(service, endpoint, client_config)
 
     sqs = client("sqs")
     return Runtime(settings=settings, clock=clock, deliveries=Queue(sqs, urls.deliveries),

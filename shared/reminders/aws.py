@@ -1,5 +1,11 @@
-"""boto3 client construction and the database secret. ``AWS_ENDPOINT_URL`` (honoured by boto3
-itself) points every client at moto's server on one machine."""
+"""Where AWS clients come from, and the database secret. ``AWS_ENDPOINT_URL`` points every
+client at moto's server on one machine.
+
+:func:`lean_client` is what the Lambda functions call through on their hot path (SQS, Secrets
+Manager, KMS, Lambda Invoke): SigV4-signed HTTPS from ``reminders.aws_http``, with no boto3
+import, whenever the environment holds credentials (Lambda always puts them there), else a
+boto3 client with the same limits. :func:`client` is boto3, for everything else (the command
+line, CloudFormation, STS)."""
 
 from __future__ import annotations
 
@@ -7,17 +13,19 @@ import json
 from functools import cache
 from typing import Any
 
+from reminders.aws_http import SERVICES, Limits, env_credentials
 from reminders.errors import ConfigError
+
+# Three attempts, short connects, and connections enough for the scanner's and the
+# publishers' parallel SendMessageBatch calls.
+DEFAULT_LIMITS = Limits(attempts=3, connect_timeout=3, read_timeout=10, pool=64)
 
 
 @cache
 def client(service: str) -> Any:
     import boto3
-    from botocore.config import Config
 
-    return boto3.client(service, config=Config(  # type: ignore[call-overload]
-        retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=3, read_timeout=10,
-        max_pool_connections=64))  # the scanner's parallel SendMessageBatch calls
+    return boto3.client(service, config=boto_config(DEFAULT_LIMITS))  # type: ignore[call-overload]
 
 
 def send_client(service: str, config: Any) -> Any:
@@ -27,8 +35,35 @@ def send_client(service: str, config: Any) -> Any:
     return boto3.client(service, config=config)  # type: ignore[call-overload]
 
 
+def runtime_client(service: str, config: Any = None) -> Any:
+    """What the runtime makes its clients with: ``config`` is :class:`Limits` (or None) for
+    the services :func:`lean_client` serves, or a botocore ``Config`` (the channels' sends)."""
+    if config is None or isinstance(config, Limits):
+        return lean_client(service, config or DEFAULT_LIMITS)
+    return send_client(service, config)
+
+
+def boto_config(limits: Limits) -> Any:
+    from botocore.config import Config
+
+    return Config(retries={"max_attempts": limits.attempts, "mode": "standard"},
+                  connect_timeout=limits.connect_timeout, read_timeout=limits.read_timeout,
+                  max_pool_connections=limits.pool)
+
+
+@cache
+def lean_client(service: str, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """A client for SQS, Secrets Manager, KMS or Lambda's Invoke, without boto3 when the
+    environment holds credentials; made once per process and limits."""
+    if service in SERVICES and env_credentials() is not None:
+        from reminders import aws_http
+
+        return aws_http.client(service, limits)
+    return send_client(service, boto_config(limits))
+
+
 def read_db_secret(secret_arn: str) -> tuple[str, str]:
-    value = client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"]
+    value = lean_client("secretsmanager").get_secret_value(SecretId=secret_arn)["SecretString"]
     try:
         data = json.loads(value)
         return str(data["username"]), str(data["password"])

@@ -395,7 +395,7 @@ def _secret_box(env: dict[str, str]) -> Any:
     from reminders import aws, config
     from reminders.runtime import secret_box
 
-    return secret_box(config.load(env), aws.send_client)
+    return secret_box(config.load(env), aws.runtime_client)
 
 
 def cmd_endpoints_add(args: argparse.Namespace) -> int:

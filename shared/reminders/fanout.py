@@ -127,7 +127,7 @@ def sender_from_env(environ: Mapping[str, str] | None = None) -> ChunkSender:
     url = env.get("REMINDERS_QUEUE_URL")
     if not url:
         raise ConfigError("REMINDERS_QUEUE_URL is not set: the publisher sends to it")
-    return ChunkSender(Queue(aws.client("sqs"), url), limits_from_env(env).publish_concurrency)
+    return ChunkSender(Queue(aws.lean_client("sqs"), url), limits_from_env(env).publish_concurrency)
 
 
 def publisher_from_settings(function_name: str, chunk: int) -> Publisher:
@@ -135,7 +135,7 @@ def publisher_from_settings(function_name: str, chunk: int) -> Publisher:
     from reminders import aws
     from reminders.lambdas import EventInvoker
 
-    return FanOutPublisher(EventInvoker(function_name, aws.client("lambda")), chunk)
+    return FanOutPublisher(EventInvoker(function_name, aws.lean_client("lambda")), chunk)
 
 
 _installed: ChunkSender | None = None

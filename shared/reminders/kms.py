@@ -2,7 +2,8 @@
 
 Every call names the encryption context ``{"purpose": PURPOSE}``: a data key made for webhook
 secrets opens only with that context, and the key policy can require it. botocore's errors are
-translated here into :class:`KeyUnavailable`; nothing above sees a botocore type. The plaintext
+translated here into :class:`KeyUnavailable`; nothing above sees a botocore or
+``aws_http`` type. The plaintext
 data keys returned are never logged, nor put in an error message.
 """
 
@@ -13,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from reminders.aws_http import Limits
 from reminders.errors import RemindersError
 
 PURPOSE = "reminders-endpoint-secret"
@@ -32,14 +34,11 @@ class DataKey:
     key_id: str       # the KMS key's ARN
 
 
-def client_config() -> Any:
+def client_config() -> Limits:
     """Short waits and one retry (about 6 s at worst): a send waits for KMS before its own
     deadline starts, inside the margin the consumer keeps; a KMS outage costs a batch seconds,
     not its whole invocation."""
-    from botocore.config import Config
-
-    return Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=1,
-                  read_timeout=2)
+    return Limits(attempts=2, connect_timeout=1, read_timeout=2, pool=10)
 
 
 class Kms:

@@ -41,6 +41,7 @@ from reminders.observability import logger
 from reminders.recurrence import Recurrence
 from reminders.runtime import build_channels
 from tests.bench import pgq
+from tests.bench.aws_calls import bench_aws_calls
 from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_python
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
@@ -769,6 +770,7 @@ def main() -> int:
         figure("recheck", lambda: bench_recheck(server))
         figure("recurrence", bench_recurrence)
         figure("cold_start", bench_cold_start)
+        figure("aws_calls", bench_aws_calls)
         figure("cold_start_lambda_python", bench_cold_start_runtime_python)
         figure("cost", lambda: bench_cost(server))
         figure("console", lambda: bench_console(server))

@@ -19,7 +19,7 @@ from tests.integration.pipeline_helpers import attempts, delivery, tick, work
 
 
 def kms_client(endpoint: str, config: Any = None) -> Any:
-    return stack.aws_client("kms", endpoint, config)
+    return stack.service_client("kms", endpoint, config)
 
 
 def writer_box(h: Harness) -> SecretBox:

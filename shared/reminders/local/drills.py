@@ -232,7 +232,7 @@ class Site:
         settings = config.load(self.settings_env())
 
         def client(service: str, client_config: Any = None) -> Any:
-            return stack.aws_client(service, self.endpoint, client_config)
+            return stack.service_client(service, self.endpoint, client_config)
 
         sqs = client("sqs")
         return Runtime(settings=settings, clock=self.clock,

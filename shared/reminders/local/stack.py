@@ -227,6 +227,22 @@ def aws_client(service: str, endpoint_url: str, config: Any = None) -> Any:
                         config=config)
 
 
+def service_client(service: str, endpoint_url: str, config: Any = None) -> Any:
+    """The client a runtime on this stack gets for ``service``, as in Lambda: the SigV4 one
+    (``reminders.aws_http``) for SQS, Secrets Manager, KMS and Invoke, boto3 for the rest (the
+    channels' sends, with their botocore ``Config``)."""
+    from reminders import aws_http
+    from reminders.aws import DEFAULT_LIMITS
+
+    if service in aws_http.SERVICES and (config is None or isinstance(config, aws_http.Limits)):
+        return aws_http.client(
+            service, config or DEFAULT_LIMITS,
+            env={"AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": REGION},
+            credentials=lambda: aws_http.Credentials(AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+                                                     AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"]))
+    return aws_client(service, endpoint_url, config)
+
+
 def create_queues(sqs: Any, prefix: str, *, visibility_timeout: int,
                   max_receive_count: int) -> QueueUrls:
     """The deliveries queue, its dead-letter queue (redrive policy) and the parking queue."""

@@ -1,0 +1,294 @@
+"""The SigV4 clients the Lambda functions call AWS through (reminders.aws_http): signatures equal
+botocore's, answers and error codes equal boto3's against moto's server over HTTP, retries and
+kept connections against a real HTTP server that fails on command, and no boto3 at cold start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from reminders import aws_http
+from reminders.aws_http import AwsError, Credentials, Limits
+from reminders.local import stack
+
+NOW = datetime(2026, 12, 1, 9, 30, 15, tzinfo=UTC)
+CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session//token=")
+
+
+def botocore_authorization(method: str, url: str, headers: dict[str, str], body: bytes,
+                           service: str, region: str, creds: Credentials) -> dict[str, str]:
+    """What botocore's own SigV4 signer puts on the same request at the same instant."""
+    from unittest import mock
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
+    # botocore reads the time itself; it is given the test's instant.
+    with mock.patch("botocore.auth.get_current_datetime", return_value=NOW.replace(tzinfo=None)):
+        SigV4Auth(BotoCredentials(creds.access_key, creds.secret_key, creds.token),
+                  service, region).add_auth(request)
+    return {k: v for k, v in request.headers.items()}
+
+
+@pytest.mark.parametrize(("service", "url", "headers", "body"), [
+    ("sqs", "https://sqs.eu-west-1.amazonaws.com/",
+     {"Content-Type": "application/x-amz-json-1.0",
+      "X-Amz-Target": "AmazonSQS.SendMessageBatch"}, b'{"QueueUrl":"q","Entries":[]}'),
+    # An ARN in the path: percent-encoded once in the URL, once more when signed.
+    ("lambda", "https://lambda.eu-west-1.amazonaws.com/2015-03-31/functions/"
+     "arn%3Aaws%3Alambda%3Aeu-west-1%3A123456789012%3Afunction%3Apublisher/invocations",
+     {"Content-Type": "application/octet-stream", "X-Amz-Invocation-Type": "Event"},
+     b'[{"delivery_id": 1}]'),
+])
+def test_the_signature_is_botocores(service: str, url: str, headers: dict[str, str],
+                                    body: bytes) -> None:
+    ours = aws_http.sign("POST", url, headers, body, service=service, region="eu-west-1",
+                         credentials=CREDS, now=NOW)
+    theirs = botocore_authorization("POST", url, headers, body, service, "eu-west-1", CREDS)
+    assert ours["X-Amz-Date"] == theirs["X-Amz-Date"] == "20261201T093015Z"
+    assert ours["X-Amz-Security-Token"] == theirs["X-Amz-Security-Token"]
+    assert ours["Authorization"] == theirs["Authorization"]
+
+
+def test_a_query_string_is_refused_rather_than_signed_wrongly() -> None:
+    with pytest.raises(ValueError, match="no query string"):
+        aws_http.sign("GET", "https://sqs.eu-west-1.amazonaws.com/?a=b", {}, b"",
+                      service="sqs", region="eu-west-1", credentials=CREDS, now=NOW)
+
+
+def test_the_endpoint_follows_boto3s_order() -> None:
+    assert aws_http.endpoint_url("SQS", "sqs", "eu-west-1", {}) == \
+        "https://sqs.eu-west-1.amazonaws.com"
+    assert aws_http.endpoint_url("SQS", "sqs", "cn-north-1", {}) == \
+        "https://sqs.cn-north-1.amazonaws.com.cn"
+    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000/",
+           "AWS_ENDPOINT_URL_SECRETS_MANAGER": "http://127.0.0.1:6000"}
+    assert aws_http.endpoint_url("SQS", "sqs", "eu-west-1", env) == "http://127.0.0.1:5000"
+    assert aws_http.endpoint_url("Secrets Manager", "secretsmanager", "eu-west-1", env) == \
+        "http://127.0.0.1:6000"
+
+
+# ---------------------------------------------------------------- against moto's server
+
+
+ONE_ATTEMPT = Limits(attempts=1)
+
+
+def lean(service: str, endpoint: str) -> Any:
+    return stack.service_client(service, endpoint, ONE_ATTEMPT)
+
+
+def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str) -> None:
+    boto = stack.aws_client("sqs", moto_endpoint)
+    url = boto.create_queue(QueueName="aws-http-sqs")["QueueUrl"]
+    sqs = lean("sqs", moto_endpoint)
+    entries = [{"Id": str(i), "MessageBody": f'{{"n":{i}}}'} for i in range(10)]
+    sent = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    assert sorted(e["Id"] for e in sent["Successful"]) == sorted(str(i) for i in range(10))
+    assert sent.get("Failed", []) == []
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[
+        "ApproximateNumberOfMessages"])
+    assert attrs["Attributes"] == {"ApproximateNumberOfMessages": "10"}
+    sqs.send_message(QueueUrl=url, MessageBody="x", MessageAttributes={
+        "reason": {"DataType": "String", "StringValue": "why"}})
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0,
+                              AttributeNames=["All"], MessageAttributeNames=["All"])
+    assert len(got["Messages"]) == 10
+    sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+        for i, m in enumerate(got["Messages"])])
+    left = boto.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert int(left["ApproximateNumberOfMessages"]) == 1
+
+
+def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str) -> None:
+    from botocore.exceptions import ClientError
+
+    gone = f"{moto_endpoint}/123456789012/no-such-queue"
+    with pytest.raises(ClientError) as boto_error:
+        stack.aws_client("sqs", moto_endpoint).get_queue_attributes(
+            QueueUrl=gone, AttributeNames=["All"])
+    with pytest.raises(AwsError) as ours:
+        lean("sqs", moto_endpoint).get_queue_attributes(QueueUrl=gone, AttributeNames=["All"])
+    assert ours.value.code == boto_error.value.response["Error"]["Code"] == \
+        "AWS.SimpleQueueService.NonExistentQueue"
+    assert ours.value.status == 400 and not ours.value.retryable
+    assert ours.value.response["Error"]["Code"] == ours.value.code
+
+
+def test_secrets_manager_and_kms_round_trip(moto_endpoint: str) -> None:
+    secret = stack.aws_client("secretsmanager", moto_endpoint).create_secret(
+        Name="aws-http-db", SecretString=json.dumps({"username": "u", "password": "p/ss"}))
+    value = lean("secretsmanager", moto_endpoint).get_secret_value(SecretId=secret["ARN"])
+    assert json.loads(value["SecretString"]) == {"username": "u", "password": "p/ss"}
+
+    key = stack.create_secrets_key(moto_endpoint)
+    kms = lean("kms", moto_endpoint)
+    context = {"purpose": "test"}
+    made = kms.generate_data_key(KeyId=key, KeySpec="AES_256", EncryptionContext=context)
+    assert isinstance(made["Plaintext"], bytes) and len(made["Plaintext"]) == 32
+    opened = kms.decrypt(CiphertextBlob=made["CiphertextBlob"], KeyId=key,
+                         EncryptionContext=context)
+    assert opened["Plaintext"] == made["Plaintext"]
+    # boto3 opens what the SigV4 client sealed: the blobs travel the same way.
+    boto_opened = stack.aws_client("kms", moto_endpoint).decrypt(
+        CiphertextBlob=made["CiphertextBlob"], KeyId=key, EncryptionContext=context)
+    assert boto_opened["Plaintext"] == made["Plaintext"]
+    with pytest.raises(AwsError) as wrong:
+        kms.decrypt(CiphertextBlob=made["CiphertextBlob"], KeyId=key,
+                    EncryptionContext={"purpose": "other"})
+    assert wrong.value.code == "InvalidCiphertextException"
+
+
+def test_invoking_a_missing_function_names_lambdas_error(moto_endpoint: str) -> None:
+    with pytest.raises(AwsError) as missing:
+        lean("lambda", moto_endpoint).invoke(FunctionName="no-such-publisher",
+                                             InvocationType="Event", Payload=b"[]")
+    assert missing.value.code == "ResourceNotFoundException"
+    assert missing.value.status == 404
+
+
+# ---------------------------------------------------------------- failures on command
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each POST with the next (status, body, close) of the server's script; the
+    last one repeats."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        server: Any = self.server
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with server.lock:
+            server.requests.append(self.headers.get("Authorization", ""))
+            status, body, close = server.script[min(len(server.requests), len(server.script)) - 1]
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        if close:  # the server drops the kept connection without saying so
+            self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def scripted_sqs(server: Any, limits: Limits, sleeps: list[float]) -> aws_http.SqsClient:
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.server_address[1]}",
+                               "us-east-1", limits, lambda: CREDS, sleep=sleeps.append)
+    return aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+
+
+THROTTLED = (400, {"__type": "com.amazonaws.sqs#RequestThrottled", "message": "slow down"},
+             False)
+UNAVAILABLE = (503, {"__type": "ServiceUnavailable", "message": "try later"}, False)
+OK = (200, {"Successful": [{"Id": "0"}], "Failed": []}, False)
+
+
+def test_throttling_and_5xx_are_retried_with_backoff_then_succeed(scripted: Any) -> None:
+    scripted.script = [UNAVAILABLE, THROTTLED, OK]
+    sleeps: list[float] = []
+    sqs = scripted_sqs(scripted, Limits(attempts=3), sleeps)
+    answer = sqs.send_message_batch(QueueUrl="q", Entries=[{"Id": "0", "MessageBody": "b"}])
+    assert answer["Successful"] == [{"Id": "0"}]
+    assert len(scripted.requests) == 3
+    assert len(sleeps) == 2 and 0 <= sleeps[0] <= 1.0 and 0 <= sleeps[1] <= 2.0
+
+
+def test_the_attempts_are_bounded(scripted: Any) -> None:
+    scripted.script = [UNAVAILABLE]
+    sleeps: list[float] = []
+    with pytest.raises(AwsError) as failed:
+        scripted_sqs(scripted, Limits(attempts=2), sleeps).send_message_batch(
+            QueueUrl="q", Entries=[])
+    assert (failed.value.status, failed.value.code) == (503, "ServiceUnavailable")
+    assert len(scripted.requests) == 2 and len(sleeps) == 1
+
+
+def test_a_refusal_that_is_not_throttling_is_not_retried(scripted: Any) -> None:
+    scripted.script = [(400, {"__type": "com.amazonaws.sqs#InvalidParameterValue",
+                              "message": "bad entry"}, False)]
+    with pytest.raises(AwsError) as refused:
+        scripted_sqs(scripted, Limits(attempts=3), []).send_message_batch(
+            QueueUrl="q", Entries=[])
+    assert (refused.value.code, refused.value.message) == ("InvalidParameterValue", "bad entry")
+    assert len(scripted.requests) == 1
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_without_spending_an_attempt(
+        scripted: Any) -> None:
+    # The first answer keeps the connection; the server then closes it after the second.
+    scripted.script = [OK, (200, {"Successful": [], "Failed": []}, True), OK]
+    sqs = scripted_sqs(scripted, Limits(attempts=1), [])
+    for _ in range(3):  # the third call finds the kept connection closed, and reconnects
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+    assert len(scripted.requests) == 3
+    assert all(a.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for a in scripted.requests)
+
+
+def test_nobody_listening_is_a_connection_error_after_the_attempts() -> None:
+    sleeps: list[float] = []
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{stack.free_port()}", "us-east-1",
+                               Limits(attempts=2, connect_timeout=1), lambda: CREDS,
+                               sleep=sleeps.append)
+    with pytest.raises(AwsError) as gone:
+        aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+    assert gone.value.status == 0 and gone.value.code == "ConnectionRefusedError"
+    assert len(sleeps) == 1
+
+
+def test_without_credentials_a_call_says_so() -> None:
+    service = aws_http.Service("sqs", "http://127.0.0.1:1", "us-east-1", Limits(), lambda: None)
+    with pytest.raises(Exception, match="no AWS credentials in the environment"):
+        aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+
+
+# ---------------------------------------------------------------- cold start
+
+
+@pytest.mark.parametrize("name", ["scanner", "consumer", "redrive", "publisher"])
+def test_no_handler_imports_boto3_at_cold_start(name: str) -> None:
+    """What Lambda runs at init: the handler with its runtime built from the environment."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("REMINDERS_", "AWS_")) and k != "DATABASE_URL"}
+    env.update({"AWS_LAMBDA_FUNCTION_NAME": name, "AWS_REGION": "eu-west-1",
+                "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
+                "DATABASE_URL": "postgresql://x@127.0.0.1:1/x",
+                "REMINDERS_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/1/d",
+                "REMINDERS_DLQ_URL": "https://sqs.eu-west-1.amazonaws.com/1/q",
+                "REMINDERS_PARKING_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/1/p",
+                "REMINDERS_PUBLISHER_FUNCTION": "publisher"})
+    # Powertools' user-agent check imports botocore's package alone (its __init__, under a
+    # millisecond); no client, session or boto3.
+    code = (f"import sys, functions.{name}.handler; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('boto3', 'botocore', 's3transfer') and m != 'botocore'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
