@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Answer(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the headers and the body leave at once
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = {ANSWER!r}.encode()
