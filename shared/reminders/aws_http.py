@@ -268,7 +268,7 @@ class Service:
                       now=datetime.now(UTC))
         conn, reused = self._pool.take()
         try:
-            answer = self._exchange(conn, method, url, signed, body)
+            answer, closing = self._exchange(conn, method, url, signed, body)
         except CONNECTION_ERRORS:
             conn.close()
             if not reused:
@@ -277,11 +277,11 @@ class Service:
             # one, as urllib3 does, without counting it as an attempt.
             conn, _ = self._pool.take(fresh=True)
             try:
-                answer = self._exchange(conn, method, url, signed, body)
+                answer, closing = self._exchange(conn, method, url, signed, body)
             except CONNECTION_ERRORS:
                 conn.close()
                 raise
-        if answer.headers.get("connection", "").lower() == "close":
+        if closing:
             conn.close()
         else:
             self._pool.give_back(conn)
@@ -289,11 +289,13 @@ class Service:
 
     @staticmethod
     def _exchange(conn: http.client.HTTPConnection, method: str, url: str,
-                  headers: dict[str, str], body: bytes) -> Answer:
+                  headers: dict[str, str], body: bytes) -> tuple[Answer, bool]:
+        """The answer, and whether the server is closing the connection."""
         conn.request(method, urlsplit(url).path or "/", body=body, headers=headers)
         response = conn.getresponse()
         data = response.read()
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+        answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+        return answer, bool(response.will_close)
 
     def close(self) -> None:
         self._pool.close()
@@ -310,9 +312,12 @@ def _json_error(operation: str) -> Callable[[Answer], AwsError]:
             data = {}
         if not isinstance(data, dict):
             data = {}
+        # botocore's order: SQS's query-compatible code, then the error-type header (what
+        # Lambda's REST API sets; its body's "Type" is only "User" or "Service"), then the
+        # body's __type or code.
         query_code = answer.headers.get("x-amzn-query-error", "").partition(";")[0]
-        kind = str(data.get("__type") or data.get("Type") or data.get("code") or "")
-        kind = kind or answer.headers.get("x-amzn-errortype", "").partition(":")[0]
+        kind = (answer.headers.get("x-amzn-errortype", "").partition(":")[0]
+                or str(data.get("__type") or data.get("code") or ""))
         code = query_code or kind.rpartition("#")[2] or f"HTTP{answer.status}"
         message = str(data.get("message") or data.get("Message") or "")
         return AwsError(operation, code, message, answer.status)

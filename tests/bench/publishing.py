@@ -2,12 +2,12 @@
 itself (SendMessageBatch of 10, ``publishConcurrency`` 10) vs fanning out (one asynchronous
 Invoke of the publisher per 1,000 ids), as deployed (``scanBatch`` 1,000).
 
-Real: Postgres, the scanner's ticks, boto3 with the project's client settings, the HTTP
-requests and the signing. Stand-in: the AWS side, a small HTTP server in its own process that
-answers SendMessageBatch as SQS does (every entry successful, with its MD5) and Invoke with
-202, at once. So the figure is the scanner's own cost of handing over (its CPU and its
-round trips to a local server), not AWS's latency; the publishers' SendMessageBatch work is
-not in the fan-out side (it runs in the publisher functions).
+Real: Postgres, the scanner's ticks, the SigV4 client the functions use (reminders.aws_http)
+with their settings, the HTTP requests and the signing. Stand-in: the AWS side, a small HTTP
+server in its own process that answers SendMessageBatch as SQS does (every entry successful,
+with its MD5) and Invoke with 202, at once. So the figure is the scanner's own cost of handing
+over (its CPU and its round trips to a local server), not AWS's latency; the publishers'
+SendMessageBatch work is not in the fan-out side (it runs in the publisher functions).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from reminders import scanner
+from reminders.aws import DEFAULT_LIMITS
 from reminders.clock import FixedClock
 from reminders.fanout import FanOutPublisher
 from reminders.lambdas import EventInvoker
@@ -47,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # the headers and the body leave at once
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -81,12 +83,8 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 
 def _client(service: str, endpoint: str) -> Any:
-    from botocore.config import Config
-
-    # What reminders.aws.client configures, pointed at the stand-in.
-    return stack.aws_client(service, endpoint, Config(
-        retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=3, read_timeout=10,
-        max_pool_connections=64))
+    # What the functions call AWS with (reminders.aws.lean_client), pointed at the stand-in.
+    return stack.service_client(service, endpoint, DEFAULT_LIMITS)
 
 
 def bench_publisher_fan_out(server: str) -> Figures:
@@ -132,7 +130,7 @@ def bench_publisher_fan_out(server: str) -> Figures:
         conn.close()
     median = {mode: statistics.median(values) for mode, values in rates.items()}
     return {
-        "goal": "the scanner hands over at the lease's pace, not at boto3's publishing pace",
+        "goal": "the scanner hands over at the lease's pace, not at its own publishing pace",
         "scan_batch": SCAN_BATCH, "publish_chunk": SCAN_BATCH, "rows_per_tick": PER_TICK,
         "rounds": ROUNDS,
         "itself_messages_per_s": median["itself"],

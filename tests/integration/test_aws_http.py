@@ -292,3 +292,12 @@ def test_no_handler_imports_boto3_at_cold_start(name: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_lambdas_error_code_comes_from_its_error_type_header() -> None:
+    """Lambda's REST answers put the code in a header; the body's "Type" is only "User"."""
+    answer = aws_http.Answer(429, {"x-amzn-errortype": "TooManyRequestsException:"},
+                             b'{"Type": "User", "message": "Rate exceeded"}')
+    error = aws_http._json_error("Invoke")(answer)
+    assert (error.code, error.message, error.retryable) == (
+        "TooManyRequestsException", "Rate exceeded", True)
