@@ -46,6 +46,9 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_SECONDS = 20.0
 # The errors a connection raises when the other end has gone (or never answered).
 CONNECTION_ERRORS = (OSError, http.client.HTTPException)
+# What a kept connection the other end closed while it was idle raises on its next use (a read
+# timeout is not one of them: that is a slow answer, and counts as an attempt).
+DROPPED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,8 @@ class Service:
 
     def __init__(self, service: str, endpoint: str, region: str, limits: Limits,
                  credentials: Callable[[], Credentials | None] = env_credentials,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         if limits.attempts < 1:
             raise ConfigError(f"AWS call attempts must be at least 1, got {limits.attempts}")
         self.service, self.endpoint, self.region = service, endpoint, region
@@ -237,6 +241,9 @@ class Service:
         self._pool = _Pool(endpoint, limits)
         self._credentials = credentials
         self._sleep = sleep
+        # AWS compares a signature's time with its own clock (five minutes either way), so a
+        # request is signed at the machine's time, never at the service's injected clock.
+        self._now = now
         self._rng = random.Random()
 
     def send(self, operation: str, method: str, path: str, headers: dict[str, str],
@@ -265,13 +272,13 @@ class Service:
         url = self.endpoint + path
         signed = sign(method, url, {**headers, "Content-Length": str(len(body))}, body,
                       service=self.service, region=self.region, credentials=credentials,
-                      now=datetime.now(UTC))
+                      now=self._now())
         conn, reused = self._pool.take()
         try:
             answer, closing = self._exchange(conn, method, url, signed, body)
-        except CONNECTION_ERRORS:
+        except CONNECTION_ERRORS as exc:
             conn.close()
-            if not reused:
+            if not (reused and isinstance(exc, DROPPED)):
                 raise
             # A kept connection the other end closed while it was idle: once more on a new
             # one, as urllib3 does, without counting it as an attempt.

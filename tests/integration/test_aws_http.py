@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -163,8 +164,8 @@ def test_invoking_a_missing_function_names_lambdas_error(moto_endpoint: str) -> 
 
 
 class Scripted(BaseHTTPRequestHandler):
-    """Answers each POST with the next (status, body, close) of the server's script; the
-    last one repeats."""
+    """Answers each POST with the next (status, body, close[, delay]) of the server's script;
+    the last one repeats."""
 
     protocol_version = "HTTP/1.1"
 
@@ -173,7 +174,10 @@ class Scripted(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with server.lock:
             server.requests.append(self.headers.get("Authorization", ""))
-            status, body, close = server.script[min(len(server.requests), len(server.script)) - 1]
+            status, body, close, *delay = server.script[
+                min(len(server.requests), len(server.script)) - 1]
+        if delay:
+            time.sleep(delay[0])
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/x-amz-json-1.0")
@@ -188,9 +192,14 @@ class Scripted(BaseHTTPRequestHandler):
         return None
 
 
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return None  # a client that gave up on a slow answer: expected here
+
+
 @pytest.fixture
 def scripted() -> Iterator[Any]:
-    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -250,6 +259,25 @@ def test_a_kept_connection_the_server_closed_is_replaced_without_spending_an_att
         sqs.send_message_batch(QueueUrl="q", Entries=[])
     assert len(scripted.requests) == 3
     assert all(a.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for a in scripted.requests)
+
+
+def test_a_slow_answer_on_a_kept_connection_counts_as_an_attempt(scripted: Any) -> None:
+    """Only a connection dropped while idle is tried again for free; a read timeout is not."""
+    scripted.script = [OK, (*OK, 1.0)]
+    sqs = scripted_sqs(scripted, Limits(attempts=1, read_timeout=0.3), [])
+    sqs.send_message_batch(QueueUrl="q", Entries=[])
+    with pytest.raises(AwsError) as slow:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+    assert (slow.value.status, slow.value.code) == (0, "TimeoutError")
+    assert len(scripted.requests) == 2
+
+
+def test_requests_are_signed_at_the_machines_clock_not_a_fixed_one(scripted: Any) -> None:
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{scripted.server_address[1]}",
+                               "us-east-1", Limits(attempts=1), lambda: CREDS)
+    aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+    today = datetime.now(UTC).strftime("%Y%m%d")
+    assert f"Credential=AKIDEXAMPLE/{today}/us-east-1/sqs/aws4_request" in scripted.requests[0]
 
 
 def test_nobody_listening_is_a_connection_error_after_the_attempts() -> None:
