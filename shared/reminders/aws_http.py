@@ -255,7 +255,8 @@ class Service:
             try:
                 answer = self._once(method, path, headers, body)
             except CONNECTION_ERRORS as exc:
-                failure = AwsError(operation, type(exc).__name__, str(exc), 0)
+                failure = AwsError(operation, type(exc).__name__,
+                                   f"could not reach {self.endpoint}: {exc}", 0)
             else:
                 if 200 <= answer.status < 300:
                     return answer

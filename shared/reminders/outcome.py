@@ -61,7 +61,7 @@ def error_line(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, RemindersError):
         return EXIT_USAGE, str(exc)
     module = type(exc).__module__
-    if module.startswith("botocore") or module.startswith("urllib3"):
+    if module.startswith(("botocore", "urllib3", "reminders.aws_http")):
         return EXIT_UNAVAILABLE, f"AWS: {first_line(exc)}"
     if module.startswith("psycopg"):
         import psycopg

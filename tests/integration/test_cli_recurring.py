@@ -417,5 +417,6 @@ def test_an_unreachable_queue_is_one_line_naming_aws(cli: Cli) -> None:
               REMINDERS_DLQ_URL=f"{dead}/000000000000/d",
               REMINDERS_PARKING_QUEUE_URL=f"{dead}/000000000000/p")
     assert (got.code, got.out) == (5, "")  # AWS unreachable
-    assert got.err.startswith("reminders: error: AWS: Could not connect to the endpoint URL")
+    assert got.err.startswith("reminders: error: AWS: GetQueueAttributes: "
+                              "ConnectionRefusedError: could not reach http://127.0.0.1:9: ")
     assert got.err.count("\n") == 1
