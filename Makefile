@@ -92,7 +92,7 @@ $(BENCH_STAMP): $(STAMP)
 	rm -f $(VENV)/.bench-*
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); 2-3 minutes
+bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); 4-6 minutes
 	$(BIN)/python -m tests.bench.run
 
 # The lock: every package of every extra, the layer's and the installers', name==version.

@@ -37,8 +37,11 @@ SCANNER_TICK_MARGIN_SECONDS = 5
 # batch's outcomes and advancing its series after the last send.
 CONSUMER_SETTLE_ALLOWANCE_SECONDS = 10
 # The most sends of one batch the consumer runs at once (REMINDERS_SEND_CONCURRENCY's ceiling
-# in shared/reminders/config.py). A batch is sent all at once, so this caps the batch size.
-MAX_SEND_CONCURRENCY = 100
+# in shared/reminders/config.py). A batch is sent all at once, so this caps the batch size. Each
+# send is a thread and a socket, and a Lambda execution environment allows 1,024 of each
+# (processes/threads and file descriptors), so half of them at most. An SQS event takes about
+# 1-2 KB a message in the function's payload: 500 stay well under its 6 MB.
+MAX_SEND_CONCURRENCY = 500
 # What shared/reminders/config.py accepts for the settings passed through from context, so a
 # bad value fails synth instead of every cold start.
 RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
@@ -170,7 +173,9 @@ class Settings:
     scanner_reserved_concurrency: int = 1
     redrive_max_concurrency: int = 2
     scanner_memory_mib: int = 1769  # one full vCPU: publishing is CPU-bound in boto3
-    consumer_memory_mib: int = 1769  # one full vCPU: a batch's TLS handshakes run together
+    # two vCPUs: a batch's TLS handshakes (about half of a send's CPU time, outside Python's
+    # lock) run beside the rest of the sends' work; one vCPU is tight for 300 sends at once
+    consumer_memory_mib: int = 3538
     scan_batch: int = 1000
     scan_seconds: int = 0  # 0: derived from the scanner timeout and the tick period
     publish_concurrency: int = 10  # SendMessageBatch calls in flight (the pool holds 64)
@@ -196,7 +201,7 @@ class Settings:
     # queues and event sources
     max_receive_count: int = 5
     deliveries_retention_days: int = 4
-    consumer_batch_size: int = 100
+    consumer_batch_size: int = 300  # sent all at once: about one send's time plus the CPU
     consumer_batching_window_seconds: int = 1
     redrive_batch_size: int = 10
     redrive_batching_window_seconds: int = 0
@@ -419,9 +424,10 @@ class Settings:
         if not 1 <= self.consumer_batch_size <= MAX_SEND_CONCURRENCY:
             raise SettingsError(
                 f"consumerBatchSize must be between 1 and {MAX_SEND_CONCURRENCY}, got "
-                f"{self.consumer_batch_size}: the consumer sends a whole batch at once "
-                f"(REMINDERS_SEND_CONCURRENCY, at most {MAX_SEND_CONCURRENCY}), so one send "
-                "deadline bounds the batch"
+                f"{self.consumer_batch_size}: the consumer sends a whole batch at once, a "
+                f"thread and a connection each (REMINDERS_SEND_CONCURRENCY, at most "
+                f"{MAX_SEND_CONCURRENCY}; Lambda allows 1,024 threads and file descriptors), so "
+                "one send deadline bounds the batch"
             )
         windows = {
             "consumer": (self.consumer_batch_size, self.consumer_batching_window_seconds),

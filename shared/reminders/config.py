@@ -120,7 +120,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         statement_timeout_ms=_int(env, "REMINDERS_DB_STATEMENT_TIMEOUT_MS", 30_000, 100,
                                   3_600_000),
         invocation_margin=_int(env, "REMINDERS_INVOCATION_MARGIN", 5, 0, 600),
-        send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 100),
+        send_concurrency=_int(env, "REMINDERS_SEND_CONCURRENCY", 10, 1, 500),
         max_retry_delay=_int(env, "REMINDERS_MAX_RETRY_DELAY", 86_400, *MAX_RETRY_DELAY_RANGE),
         scan_seconds=_int(env, "REMINDERS_SCAN_SECONDS", 30, 1, 840),
         publish_concurrency=_int(env, "REMINDERS_PUBLISH_CONCURRENCY", 10, 1, 64),

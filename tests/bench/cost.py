@@ -4,9 +4,11 @@ prices, with the log bytes and the consumer's duration measured here.
 The handlers run in-process as Lambda runs them (``functions.*.handler.handler`` with a Lambda
 context, Powertools' Logger at INFO with the context injected, metrics as EMF on stdout): the
 scanner leases and publishes (into the in-memory queue), then the consumer takes batches of the
-deployed ``consumerBatchSize`` through the real webhook channel to the local receiver answering
-in 200 ms. Every byte the handlers write is counted; Lambda's own two platform lines per
-invocation (JSON log format) are added from their documented shape.
+deployed ``consumerBatchSize`` through the real webhook channel over HTTPS (a handshake per
+send) to a receiver answering in 200 ms, in a process of its own; the consumer runs on one CPU
+(its time is billed at the price of two vCPUs, an upper bound). Every byte the handlers write is
+counted; Lambda's own two platform lines per invocation (JSON log format) are added from their
+documented shape.
 """
 
 from __future__ import annotations
@@ -15,26 +17,39 @@ import contextlib
 import io
 import os
 import statistics
+import tempfile
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from reminders import db
 from reminders import runtime as runtime_module
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
-from reminders.local.receiver import WebhookReceiver
 from reminders.observability import EmfMetrics, logger
-from reminders.runtime import build_channels
-from tests.bench.support import NOW, MemoryQueue, add_schedule, fresh_db, runtime, sqs_event
+from tests.bench.support import (
+    HOOK_HOST,
+    NOW,
+    MemoryQueue,
+    add_schedule,
+    fresh_db,
+    one_cpu,
+    receivers,
+    runtime,
+    sqs_event,
+    tls_webhook_channel,
+)
+from tests.certs import self_signed
 
 Figures = dict[str, Any]
 last_output = ""  # what the last invocation wrote, for a look at the lines themselves
 
-# The deployed defaults (infra/settings.py).
-CONSUMER_BATCH = 100          # consumerBatchSize
-CONSUMER_MEMORY_MIB = 1769    # consumerMemoryMib
+# The deployed defaults (infra/settings.py; tests/infra/test_infra_settings.py holds them equal).
+CONSUMER_BATCH = 300          # consumerBatchSize
+CONSUMER_MEMORY_MIB = 3538    # consumerMemoryMib: two vCPUs
+CONSUMER_INSTANCES = 36       # the consumer's maximum concurrency: dbConnectionBudget 40 - 4
+DEPLOYED_PREPARE = "off"      # REMINDERS_DB_PREPARE in every function (RDS Proxy)
 SCANNER_MEMORY_MIB = 1769     # scannerMemoryMib
 SCAN_BATCH = 1000             # scanBatch
 SQS_BATCH = 10                # SendMessageBatch, ReceiveMessage and DeleteMessageBatch: 10 a call
@@ -58,7 +73,7 @@ PLATFORM_LINES = (
     '"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","version":"$LATEST"}}\n'
     '{"time":"2027-03-01T09:00:00.250Z","type":"platform.report","record":{"requestId":'
     '"6d68ca91-49c9-448d-89b8-7ca3e6dc66aa","metrics":{"durationMs":250.123,'
-    '"billedDurationMs":251,"memorySizeMB":1769,"maxMemoryUsedMB":112},"tracing":{"spanId":'
+    '"billedDurationMs":251,"memorySizeMB":3538,"maxMemoryUsedMB":112},"tracing":{"spanId":'
     '"53995c3f42cd8ad8","type":"X-Amzn-Trace-Id","value":"Root=1-5759e988-bd862e3fe1be46a99427'
     '2793;Parent=53995c3f42cd8ad8;Sampled=1"},"status":"success"}}\n')
 TRACE_ID = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
@@ -118,38 +133,40 @@ def invoke(name: str, event: dict[str, Any], rt: Any, memory_mib: int,
 def bench_cost(server: str) -> Figures:
     batches = 3
     secret = new_secret()
-    receiver = WebhookReceiver(secret).start()
-    try:
-        conn, url = fresh_db(server, "bench_cost")
-        hook = receiver.hook_url("cost", delay=0.2)
-        db.execute(conn, "endpoint_add", {"tenant": None, "url": hook, "secret": secret})
-        add_schedule(conn, tenant="acme", key="cost", due=NOW, url=hook,
-                     recipients=[f"p{i}" for i in range(batches * CONSUMER_BATCH)])
-        queue = MemoryQueue()
-        scan_rt = runtime(url, FixedClock(NOW), queue, {}, scan_batch=SCAN_BATCH,
-                          inflight_budget=100_000)
-        scan_rt.metrics = EmfMetrics()
-        summary, scan_bytes, _ = invoke("scanner", {}, scan_rt, SCANNER_MEMORY_MIB, 120)
-        scan_rt.close()
-        assert summary["leased"] == batches * CONSUMER_BATCH, summary
-        rt = runtime(url, FixedClock(NOW + timedelta(seconds=1)), queue, {},
-                     send_concurrency=CONSUMER_BATCH)
-        rt.channels = build_channels(rt.settings, client=None)
-        rt.metrics = EmfMetrics()
-        spent: list[float] = []
-        written: list[int] = []
-        for _ in range(batches):
-            answer, size, took = invoke("consumer", sqs_event(queue.take(CONSUMER_BATCH)), rt,
-                                        CONSUMER_MEMORY_MIB, 60)
-            assert answer == {"batchItemFailures": []}, answer
-            spent.append(took)
-            written.append(size)
-        rt.close()
-        conn.close()
-        effects = receiver.stats()["effects"]
-    finally:
-        receiver.stop()
-    assert len(effects) == batches * CONSUMER_BATCH, len(effects)
+    with tempfile.TemporaryDirectory(prefix="reminders-tls-") as tmp:
+        cert, key = self_signed(Path(tmp), HOOK_HOST)
+        with receivers(secret, cert, key) as (_, tls_port, finish):
+            conn, url = fresh_db(server, "bench_cost")
+            hook = f"https://{HOOK_HOST}:{tls_port}/hooks/cost?delay=0.2"
+            # A plaintext row (no KMS in the benchmark); sealed ones cost a Decrypt a process.
+            conn.execute("insert into endpoints (url, secret) values (%s, %s)", (hook, secret))
+            add_schedule(conn, tenant="acme", key="cost", due=NOW, url=hook,
+                         recipients=[f"p{i}" for i in range(batches * CONSUMER_BATCH)])
+            queue = MemoryQueue()
+            scan_rt = runtime(url, FixedClock(NOW), queue, {}, scan_batch=SCAN_BATCH,
+                              inflight_budget=100_000)
+            scan_rt.metrics = EmfMetrics()
+            summary, scan_bytes, _ = invoke("scanner", {}, scan_rt, SCANNER_MEMORY_MIB, 120)
+            scan_rt.close()
+            assert summary["leased"] == batches * CONSUMER_BATCH, summary
+            rt = runtime(url, FixedClock(NOW + timedelta(seconds=1)), queue, {},
+                         send_concurrency=CONSUMER_BATCH, db_prepare=DEPLOYED_PREPARE)
+            rt.channels = {"webhook": tls_webhook_channel(rt.settings, cert)}
+            rt.metrics = EmfMetrics()
+            spent: list[float] = []
+            written: list[int] = []
+            with one_cpu():
+                for _ in range(batches):
+                    answer, size, took = invoke("consumer",
+                                                sqs_event(queue.take(CONSUMER_BATCH)), rt,
+                                                CONSUMER_MEMORY_MIB, 60)
+                    assert answer == {"batchItemFailures": []}, answer
+                    spent.append(took)
+                    written.append(size)
+            rt.close()
+            conn.close()
+            effects = finish()
+    assert effects == batches * CONSUMER_BATCH, effects
     return cost_figures(consumer_s=statistics.median(spent),
                         consumer_bytes=statistics.median(written), scanner_bytes=scan_bytes)
 

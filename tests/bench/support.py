@@ -1,5 +1,6 @@
 """What the benchmark figures share: the database set-up, an in-memory queue, a channel that
-records its sends, runtimes for the scanner and the consumer, and index-read counters.
+records its sends, runtimes for the scanner and the consumer, index-read counters, and webhook
+receivers in a process of their own (HTTP and HTTPS) with a consumer held to one CPU.
 
 Postgres is always the real (embedded) server. The queue and the channel are in-process
 stand-ins: the figures measure the service's own work and its database statements, not SQS
@@ -9,18 +10,28 @@ stand-ins: the figures measure the service's own work and its database statement
 from __future__ import annotations
 
 import collections
+import contextlib
+import multiprocessing
+import os
+import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
+from pathlib import Path
 from typing import Any
 
 from reminders import config, db, schedules
+from reminders.channels.addresses import parse_allow_list
 from reminders.channels.base import Message, Outcome, SendResult
+from reminders.channels.webhook import WebhookChannel
 from reminders.clock import Clock
 from reminders.db import migrate
+from reminders.local.receiver import WebhookReceiver
 from reminders.queue import LeaseMessage, Rejected
 from reminders.runtime import Runtime
 
@@ -28,6 +39,7 @@ NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 URL = "https://hooks.example.com/bench"
 SECRET = "whsec_" + "A" * 32
 BASE = "bench_base"  # migrated, one shared endpoint; every figure's database is a copy
+HOOK_HOST = "hooks.example.test"  # named by the HTTPS receiver's certificate; is 127.0.0.1
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -216,3 +228,75 @@ def percentile(values: Sequence[float], p: float) -> float:
         return float("nan")
     k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+# ---------------------------------------------------------------- receivers apart, one CPU
+
+
+def _serve(secret: str, cert: str, key: str, ports: Queue[Any], stop: Event) -> None:
+    """A process of its own, on the CPUs the consumer is kept off (:func:`one_cpu`): one
+    receiver over HTTP and one over HTTPS; their ports on ``ports``, then, once ``stop`` is set,
+    the effects both counted."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, set(cpus[1:]))
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    plain, secure = WebhookReceiver(secret).start(), WebhookReceiver(secret, tls=tls).start()
+    ports.put((plain.port, secure.port))
+    stop.wait()
+    ports.put(sum(plain.stats()["effects"].values()) + sum(secure.stats()["effects"].values()))
+    plain.stop()
+    secure.stop()
+
+
+@contextlib.contextmanager
+def receivers(secret: str, cert: Path, key: Path) -> Iterator[tuple[int, int, Callable[[], int]]]:
+    """Receivers in a process of their own, so the benchmark's CPU time is the consumer's
+    alone: (HTTP port, HTTPS port, a call that stops them and returns the effects counted)."""
+    ctx = multiprocessing.get_context("spawn")
+    ports: Queue[Any] = ctx.Queue()
+    stop = ctx.Event()
+    process = ctx.Process(target=_serve, args=(secret, str(cert), str(key), ports, stop),
+                          daemon=True)
+    process.start()
+    effects: list[int] = []
+
+    def finish() -> int:
+        if not effects:
+            stop.set()
+            effects.append(int(ports.get(timeout=30)))
+            process.join(timeout=30)
+        return effects[0]
+
+    try:
+        plain, secure = ports.get(timeout=60)
+        yield int(plain), int(secure), finish
+    finally:
+        stop.set()
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()
+
+
+@contextlib.contextmanager
+def one_cpu() -> Iterator[None]:
+    """The calling thread, and every thread it starts meanwhile (the consumer's sends), on one
+    CPU, as a 1769 MB function has one vCPU; the receivers run on the others."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def tls_webhook_channel(settings: config.Settings, cert: Path) -> WebhookChannel:
+    """The webhook channel as the consumer builds it, trusting ``cert`` and resolving every
+    host to 127.0.0.1 (so :data:`HOOK_HOST` reaches the HTTPS receiver)."""
+    return WebhookChannel(
+        allow=parse_allow_list(settings.webhook_allow),
+        connect_timeout=settings.webhook_connect_timeout,
+        read_timeout=settings.webhook_read_timeout, send_timeout=settings.send_timeout,
+        ssl_context=ssl.create_default_context(cafile=str(cert)),
+        resolver=lambda host, port: ["127.0.0.1"])

@@ -7,7 +7,9 @@ from aws_cdk import App
 from aws_cdk import aws_logs as logs
 
 from infra.app import build_app
-from infra.settings import Settings, SettingsError, retention_days
+from infra.settings import MAX_SEND_CONCURRENCY, Settings, SettingsError, retention_days
+from reminders.config import limits_from_env
+from reminders.errors import ConfigError
 
 
 def _settings(**context: object) -> Settings:
@@ -106,21 +108,46 @@ def test_consumer_concurrency_formula(budget: int, expected: int) -> None:
 
 def test_throughput_defaults() -> None:
     settings = _settings()
-    assert settings.consumer_batch_size == 100
-    assert settings.consumer_send_concurrency == 100
+    assert settings.consumer_batch_size == 300
+    assert settings.consumer_send_concurrency == 300
     assert settings.consumer_batching_window_seconds == 1
     assert (settings.scanner_timeout_seconds, settings.effective_scan_seconds) == (120, 55)
     assert (settings.scan_batch, settings.publish_concurrency) == (1000, 10)
-    assert (settings.scanner_memory_mib, settings.consumer_memory_mib) == (1769, 1769)
+    assert (settings.scanner_memory_mib, settings.consumer_memory_mib) == (1769, 3538)
     assert (settings.send_timeout_seconds, settings.invocation_margin_seconds) == (15, 5)
     assert (settings.db_lock_timeout_ms, settings.db_statement_timeout_ms) == (5000, 30_000)
+
+
+def test_the_largest_batch_is_what_the_consumer_accepts_as_its_send_concurrency() -> None:
+    # synth's ceiling for consumerBatchSize is the runtime's for REMINDERS_SEND_CONCURRENCY
+    assert _settings(consumerBatchSize=str(MAX_SEND_CONCURRENCY)).consumer_send_concurrency == \
+        MAX_SEND_CONCURRENCY
+    env = {"REMINDERS_SEND_CONCURRENCY": str(MAX_SEND_CONCURRENCY)}
+    assert limits_from_env(env).send_concurrency == MAX_SEND_CONCURRENCY
+    with pytest.raises(ConfigError, match="REMINDERS_SEND_CONCURRENCY must be between 1 and"):
+        limits_from_env({"REMINDERS_SEND_CONCURRENCY": str(MAX_SEND_CONCURRENCY + 1)})
+    with pytest.raises(SettingsError, match="consumerBatchSize must be between 1 and"):
+        _settings(consumerBatchSize=str(MAX_SEND_CONCURRENCY + 1))
+
+
+def test_the_deployed_consumer_defaults_are_the_ones_the_benchmarks_price() -> None:
+    # `make bench` prices and measures these (tests/bench/cost.py); a default changed without
+    # them would leave the README's cost and throughput figures describing another deployment
+    from tests.bench import cost
+
+    settings = _settings()
+    assert settings.consumer_batch_size == cost.CONSUMER_BATCH
+    assert settings.consumer_memory_mib == cost.CONSUMER_MEMORY_MIB
+    assert settings.scanner_memory_mib == cost.SCANNER_MEMORY_MIB
+    assert settings.scan_batch == cost.SCAN_BATCH
+    assert settings.consumer_max_concurrency == cost.CONSUMER_INSTANCES
 
 
 @pytest.mark.parametrize(
     ("context", "expected"),
     [
-        ({}, 36 * 100 * 4),
-        ({"inflightFactor": "2"}, 36 * 100 * 2),
+        ({}, 36 * 300 * 4),
+        ({"inflightFactor": "2"}, 36 * 300 * 2),
         ({"consumerBatchSize": "50"}, 36 * 50 * 4),
         ({"dbConnectionBudget": "20", "consumerBatchSize": "25"}, 16 * 25 * 4),
         ({"inflightBudget": "5000"}, 5000),
@@ -174,8 +201,8 @@ def test_the_consumer_timeout_needs_a_send_a_margin_and_time_to_settle() -> None
             {"invocationMarginSeconds": "46"},
             "consumerTimeoutSeconds must be at least 71 .*invocationMarginSeconds 46",
         ),
-        ({"consumerBatchSize": "101"}, "consumerBatchSize must be between 1 and 100, got 101"),
-        ({"consumerBatchSize": "0"}, "consumerBatchSize must be between 1 and 100, got 0"),
+        ({"consumerBatchSize": "501"}, "consumerBatchSize must be between 1 and 500, got 501"),
+        ({"consumerBatchSize": "0"}, "consumerBatchSize must be between 1 and 500, got 0"),
         (
             {"consumerBatchSize": "25", "consumerBatchingWindowSeconds": "0"},
             "consumerBatchingWindowSeconds must be at least 1 when consumerBatchSize",
@@ -186,7 +213,7 @@ def test_the_consumer_timeout_needs_a_send_a_margin_and_time_to_settle() -> None
         ),
         ({"inflightFactor": "0"}, "inflightFactor must be at least 1, got 0"),
         (
-            {"dbConnectionBudget": "1004", "inflightFactor": "11"},
+            {"dbConnectionBudget": "1004", "consumerBatchSize": "100", "inflightFactor": "11"},
             r"derived in-flight budget 1100000 \(consumer maximum concurrency 1000 x "
             r"consumerBatchSize 100 x inflightFactor 11\) exceeds 1000000; lower "
             "inflightFactor or set inflightBudget",

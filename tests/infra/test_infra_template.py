@@ -168,7 +168,8 @@ def test_both_mappings_report_batch_item_failures_with_bounded_concurrency(
     for mapping in (consumer, redrive):
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
         assert mapping["ScalingConfig"]["MaximumConcurrency"] >= 2
-    assert consumer["BatchSize"] == 100
+    assert consumer["BatchSize"] == 300
+    assert consumer["MaximumBatchingWindowInSeconds"] == 1  # above 10 a batch needs a window
     assert redrive["BatchSize"] == 10
 
 
@@ -257,9 +258,10 @@ def test_timeouts_are_sized_to_the_work(default: Synthesized) -> None:
     assert timeouts == {"scanner": 120, "consumer": 60, "redrive": 60, "migrate": 300}
 
 
-def test_scanner_and_consumer_get_a_full_vcpu(default: Synthesized, switched: Synthesized) -> None:
+def test_scanner_and_consumer_get_full_vcpus(default: Synthesized, switched: Synthesized) -> None:
+    # 1769 MB is one vCPU: the scanner one, the consumer two (its batch's TLS handshakes)
     memory = {name: default.function(name)[1]["Properties"]["MemorySize"] for name in FUNCTIONS}
-    assert memory == {"scanner": 1769, "consumer": 1769, "redrive": 256, "migrate": 256}
+    assert memory == {"scanner": 1769, "consumer": 3538, "redrive": 256, "migrate": 256}
     assert switched.function("consumer")[1]["Properties"]["MemorySize"] == 1024
 
 
@@ -301,15 +303,15 @@ def test_throughput_settings_have_their_defaults(default: Synthesized) -> None:
     assert scanner["REMINDERS_SCAN_BATCH"] == "1000"
     consumer = _variables(default, "consumer")
     assert consumer["REMINDERS_SEND_TIMEOUT"] == "15"
-    assert consumer["REMINDERS_SEND_CONCURRENCY"] == "100"  # the consumer batch size
+    assert consumer["REMINDERS_SEND_CONCURRENCY"] == "300"  # the consumer batch size
     assert consumer["REMINDERS_INVOCATION_MARGIN"] == "5"
     for name in ("scanner", "consumer", "redrive"):
         variables = _variables(default, name)
         assert variables["REMINDERS_DB_LOCK_TIMEOUT_MS"] == "5000"
         assert variables["REMINDERS_DB_STATEMENT_TIMEOUT_MS"] == "30000"
-    # consumer maximum concurrency (40 - 4) x batch size (100) x inflightFactor (4)
+    # consumer maximum concurrency (40 - 4) x batch size (300) x inflightFactor (4)
     for name in FUNCTIONS:
-        assert _variables(default, name)["REMINDERS_INFLIGHT_BUDGET"] == str(36 * 100 * 4)
+        assert _variables(default, name)["REMINDERS_INFLIGHT_BUDGET"] == str(36 * 300 * 4)
 
 
 def test_throughput_settings_come_from_context(switched: Synthesized) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import random
 import signal
@@ -36,6 +35,7 @@ from reminders.clock import FixedClock
 from reminders.errors import InvalidInput
 from reminders.local.receiver import WebhookReceiver
 from reminders.retry import Policy, next_try
+from tests.certs import self_signed
 
 NOW = datetime(2025, 3, 30, 1, 30, tzinfo=UTC)  # the night Europe's clocks go forward
 SECRET = new_secret()
@@ -568,38 +568,6 @@ def test_headers_and_body_on_the_wire() -> None:
     assert json.loads(body)["occurrence_at"] == "2025-03-30T01:30:00Z"
 
 
-def self_signed(tmp: Path, name: str) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(dt.datetime(2020, 1, 1, tzinfo=UTC))
-        .not_valid_after(dt.datetime(2100, 1, 1, tzinfo=UTC))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_https_verifies_the_certificate_for_the_host_name(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path, "hooks.example.test")
     server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -623,6 +591,28 @@ def test_https_verifies_the_certificate_for_the_host_name(tmp_path: Path) -> Non
     assert refused.outcome is Outcome.TRANSIENT
     assert refused.detail.startswith(f"TLS handshake with 127.0.0.1:{port} failed")
     assert len(captured.requests) == 1
+
+
+def test_the_receiver_serves_https_and_survives_a_failed_handshake(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "hooks.example.test")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    resolve = lambda host, p: ["127.0.0.1"]  # noqa: E731
+    trusting = WebhookChannel(
+        allow=["127.0.0.1"], resolver=resolve, ssl_context=ssl.create_default_context(cafile=cert)
+    )
+    plain = WebhookChannel(allow=["127.0.0.1"], connect_timeout=1.0, read_timeout=1.0,
+                           send_timeout=2.0)
+    with WebhookReceiver(SECRET, clock=FixedClock(NOW), tls=server_tls) as rcv:
+        assert rcv.url == f"https://127.0.0.1:{rcv.port}"
+        # Plain HTTP to the TLS port: the handshake fails in that connection's thread only.
+        refused = plain.send(message(f"http://127.0.0.1:{rcv.port}/hooks/a", key="k0"), NOW)
+        sent = [trusting.send(message(f"https://hooks.example.test:{rcv.port}/hooks/a",
+                                      key=f"k{i}"), NOW) for i in (1, 2)]
+        stats = rcv.stats()
+    assert refused.outcome in (Outcome.UNKNOWN, Outcome.TRANSIENT), refused
+    assert [(r.outcome, r.status_code) for r in sent] == [(Outcome.SENT, 200)] * 2
+    assert stats["effects"] == {"k1": 1, "k2": 1}
 
 
 # --- Retry-After parsing --------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Used in-process by tests (``WebhookReceiver(secret).start()``) and as a process by the local
 stack (``python -m reminders.local.receiver --secret whsec_... --port 8787`` prints its URL once
-ready and serves until SIGTERM).
+ready and serves until SIGTERM). ``WebhookReceiver(secret, tls=context)`` serves HTTPS with a
+server context the caller loaded its certificate into (the benchmarks measure TLS with it).
 
 Endpoints are scripted by their URL, so a test can register one that misbehaves::
 
@@ -34,6 +35,7 @@ import io
 import json
 import signal
 import socket
+import ssl
 import sys
 import threading
 from collections import Counter
@@ -94,10 +96,23 @@ class _Script:
 
 
 class _Server(ThreadingHTTPServer):
-    # A consumer sends a whole batch at once (up to 100 connections together); the default
-    # listen backlog of 5 refuses some of them.
-    request_queue_size = 128
+    # A consumer sends a whole batch at once (up to REMINDERS_SEND_CONCURRENCY's 500
+    # connections together); the default listen backlog of 5 refuses some of them, and a
+    # refused connection is retried by the client's kernel a second later.
+    request_queue_size = 1024
     daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """With TLS, the handshake runs here, in the connection's own thread: in the accepting
+        thread it would make a batch's connections wait on each other's handshakes."""
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError):
+                request.close()
+                return
+        super().finish_request(request, client_address)
 
 
 class WebhookReceiver:
@@ -113,6 +128,7 @@ class WebhookReceiver:
         clock: Clock | None = None,
         tolerance_seconds: int | None = None,
         verbose: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         for one in (secret, *also_accept):
             validate_secret(one)
@@ -123,6 +139,7 @@ class WebhookReceiver:
         self.clock: Clock = clock or SystemClock()
         self.tolerance_seconds = tolerance_seconds
         self.verbose = verbose
+        self.tls = tls  # serve HTTPS with this context (its certificate and key loaded)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -136,6 +153,7 @@ class WebhookReceiver:
             return self
         self._stopping.clear()
         server = _Server((self.host, self._requested_port), _make_handler(self))
+        server.tls = self.tls
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -177,7 +195,7 @@ class WebhookReceiver:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def hook_url(
         self,
