@@ -172,7 +172,7 @@ class Settings:
     migrate_timeout_seconds: int = 300
     scanner_reserved_concurrency: int = 1
     redrive_max_concurrency: int = 2
-    scanner_memory_mib: int = 1769  # one full vCPU: publishing is CPU-bound in boto3
+    scanner_memory_mib: int = 1769  # one full vCPU: lease passes, and publishing without fan-out
     # two vCPUs: a batch's TLS handshakes (about half of a send's CPU time, outside Python's
     # lock) run beside the rest of the sends' work; one vCPU is tight for 300 sends at once
     consumer_memory_mib: int = 3538
@@ -185,7 +185,7 @@ class Settings:
     publish_chunk: int = 1000
     publisher_reserved_concurrency: int = 10
     publisher_timeout_seconds: int = 30
-    publisher_memory_mib: int = 1769  # one full vCPU: SendMessageBatch is CPU-bound in boto3
+    publisher_memory_mib: int = 1769  # one full vCPU: ten SendMessageBatch calls in flight
     inflight_budget: int = 0  # 0: derived from what the consumers can take
     inflight_factor: int = 4
     send_timeout_seconds: int = 15
