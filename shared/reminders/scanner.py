@@ -11,6 +11,7 @@ reason and never stops the tick.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from reminders import db
 from reminders.clock import iso
 from reminders.errors import Conflict
 from reminders.observability import logger
-from reminders.queue import LeaseMessage
+from reminders.queue import LeaseMessage, Rejected
 from reminders.runtime import Runtime
 
 _SCANNER_LOCK = 0x5343414E
@@ -136,7 +137,47 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
     the live leases now (this tick's own messages included, and consumers finishing theirs
     make room), so a tick hands over as much as the consumers take, never more than the budget
-    at once."""
+    at once.
+
+    The hand-over is pipelined: a pass's messages are published on another thread while the
+    next pass leases, so a pass costs the longer of the two, not their sum. At most one pass is
+    in flight; its outcome is settled before the next one is handed over, and before the tick
+    ends. When the queue refuses a pass, the pass leased meanwhile is released unpublished
+    (fenced, as a refused message is) and the tick stops."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hand-over") as hand_over:
+        in_flight: _InFlight | None = None
+        try:
+            for leased, now in _passes(rt, conn, summary, queued, deadline):
+                if in_flight is not None and not _settled(rt, conn, summary, in_flight):
+                    in_flight = None
+                    summary.released += _release(
+                        conn, [LeaseMessage(r["id"], r["lease_token"]) for r in leased], now,
+                        "not handed over: the queue refused the pass before it; due again "
+                        "next tick")
+                    return
+                messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
+                in_flight = _InFlight(messages, now, hand_over.submit(
+                    rt.publisher.publish, messages,
+                    concurrency=rt.settings.limits.publish_concurrency))
+        finally:
+            if in_flight is not None:
+                _settled(rt, conn, summary, in_flight)
+
+
+@dataclass
+class _InFlight:
+    """A pass's messages on their way to the queue (or the publishers)."""
+
+    messages: list[LeaseMessage]
+    now: datetime
+    rejected: Any  # a Future of the publisher's list of Rejected
+
+
+def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
+            deadline: float) -> Iterator[tuple[list[db.Row], datetime]]:
+    """Each pass's leased rows (in due order) and the clock's reading it leased at."""
     limits = rt.settings.limits
     live = _live_leases(conn)
     tenants = 0  # tenants that may have due work: counted, then each pass says
@@ -169,21 +210,35 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         tenants = int(leased[0]["tenants_left"])
         leased.sort(key=_lease_order)
         summary.leased += len(leased)
-        messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
-        rejected = rt.publisher.publish(messages, concurrency=limits.publish_concurrency)
-        summary.published += len(messages) - len(rejected)
         live += len(leased)
-        if rejected:
-            released = db.execute(conn, "lease_release", {
-                "ids": [r.message.delivery_id for r in rejected],
-                "tokens": [r.message.lease_token for r in rejected],
-                "reason": "queue refused the message (or its publisher was not invoked); "
-                          "due again next tick", "now": now})
-            summary.released += released
-            logger.warning("publish rejected", extra={
-                "rejected": len(rejected), "released": released,
-                "first_reason": rejected[0].reason})
-            return  # the queue is refusing: try again next tick
+        yield leased, now
+
+
+def _settled(rt: Runtime, conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> bool:
+    """Wait for a pass's hand-over; release what the queue refused. False if it refused any
+    (the queue is refusing: the tick stops)."""
+    try:
+        rejected: list[Rejected] = pass_.rejected.result()
+    except Exception as exc:  # noqa: BLE001 (a publisher that raised refused the whole pass)
+        rejected = [Rejected(m, f"publish failed: {exc}") for m in pass_.messages]
+    summary.published += len(pass_.messages) - len(rejected)
+    if not rejected:
+        return True
+    released = _release(conn, [r.message for r in rejected], pass_.now,
+                        "queue refused the message (or its publisher was not invoked); due "
+                        "again next tick")
+    summary.released += released
+    logger.warning("publish rejected", extra={
+        "rejected": len(rejected), "released": released, "first_reason": rejected[0].reason})
+    return False
+
+
+def _release(conn: db.Connection, messages: list[LeaseMessage], now: datetime,
+             reason: str) -> int:
+    """Hand leases back, fenced by their tokens: due again next tick."""
+    return db.execute(conn, "lease_release", {
+        "ids": [m.delivery_id for m in messages], "tokens": [m.lease_token for m in messages],
+        "reason": reason, "now": now})
 
 
 def _lease_order(row: db.Row) -> tuple[Any, Any]:

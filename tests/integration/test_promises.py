@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -416,16 +417,98 @@ def test_a_reminder_falling_due_while_a_tick_drains_goes_out_in_its_next_pass(
     publish = h.rt.deliveries.publish
     passes: list[list[int]] = []
 
-    def publish_while_time_passes(messages: Any, **kw: Any) -> Any:
+    def recorded(messages: Any, **kw: Any) -> Any:
         passes.append([m.delivery_id for m in messages])
-        h.clock.advance(timedelta(seconds=20))  # each pass takes a while
         return publish(messages, **kw)
 
-    h.rt.deliveries.publish = publish_while_time_passes  # type: ignore[method-assign]
+    class Passing:
+        """Each reading of the clock finds it 20 s on from the last: the tick's start reads
+        T, its first pass T + 20 s, its second T + 40 s, ..."""
+
+        def now(self) -> Any:
+            read = h.clock.now()
+            h.clock.advance(timedelta(seconds=20))
+            return read
+
+    h.rt.deliveries.publish = recorded  # type: ignore[method-assign]
+    h.rt.clock = Passing()
     out = tick(h)
     row = delivery(h, late, tenant="small")
     assert row["state"] == "leased" and out["leased"] == 51
-    assert row["id"] in passes[2]  # due 30 s in: the pass after the clock passed it
+    # Due 30 s in: not in the first pass (it read T + 20 s), in the second (T + 40 s).
+    assert row["id"] not in passes[0] and row["id"] in passes[1]
+
+
+def _leased_count(h: Harness) -> int:
+    row = h.conn.execute("select count(*) as n from deliveries where state = 'leased'").fetchone()
+    return int(row["n"]) if row else 0
+
+
+def test_the_next_pass_leases_while_the_last_one_is_handed_over(
+        harness: Harness, database_url: str) -> None:
+    """The hand-over is pipelined: pass 0's publish is held until pass 1 has leased its rows
+    (seen from another connection); a tick publishing one pass after the other would never
+    get there, and the wait would time out."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(30)])
+    publish = h.rt.deliveries.publish
+    overlapped: list[bool] = []
+
+    def held(messages: Any, **kw: Any) -> Any:
+        if not overlapped:  # pass 0: wait for pass 1's lease
+            deadline = time.monotonic() + 5
+            while _leased_count(h) < 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            overlapped.append(_leased_count(h) >= 20)
+        return publish(messages, **kw)
+
+    h.rt.deliveries.publish = held  # type: ignore[method-assign]
+    out = tick(h)
+    assert overlapped == [True]
+    assert (out["leased"], out["published"], out["released"], out["passes"]) == (30, 30, 0, 3)
+    assert len(take_messages(h, n=30)) == 30
+
+
+def test_a_refused_pass_releases_the_pass_leased_meanwhile_and_the_tick_stops(
+        harness: Harness, database_url: str) -> None:
+    from reminders.queue import Rejected
+
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(30)])
+    handed: list[int] = []
+
+    def refusing(messages: Any, **kw: Any) -> Any:
+        handed.append(len(messages))
+        return [Rejected(m, "ThrottlingException: slow down") for m in messages]
+
+    h.rt.deliveries.publish = refusing  # type: ignore[method-assign]
+    out = tick(h)
+    # Pass 0 was refused; pass 1 had leased meanwhile and went back unpublished; no pass 2.
+    assert handed == [10]
+    assert (out["leased"], out["published"], out["released"], out["passes"]) == (20, 0, 20, 2)
+    rows = [delivery(h, k) for k in keys]
+    assert {r["state"] for r in rows} == {"scheduled"}
+    assert all(r["lease_token"] is None for r in rows)
+    reasons = sorted({(r["reason"] or "").split(";")[0] for r in rows} - {""})
+    assert reasons == ["not handed over: the queue refused the pass before it",
+                       "queue refused the message (or its publisher was not invoked)"]
+
+
+def test_a_publisher_that_raises_refuses_its_whole_pass(harness: Harness,
+                                                        database_url: str) -> None:
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(5)])
+
+    def raising(messages: Any, **kw: Any) -> Any:
+        raise ConnectionResetError("the queue hung up")
+
+    h.rt.deliveries.publish = raising  # type: ignore[method-assign]
+    out = tick(h)
+    assert (out["leased"], out["published"], out["released"]) == (5, 0, 5)
+    assert {delivery(h, k)["state"] for k in keys} == {"scheduled"}
 
 
 def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
