@@ -150,7 +150,7 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         in_flight: _InFlight | None = None
         try:
             for leased, now in _passes(rt, conn, summary, queued, deadline):
-                if in_flight is not None and not _settled(rt, conn, summary, in_flight):
+                if in_flight is not None and not _settled(conn, summary, in_flight):
                     in_flight = None
                     summary.released += _release(
                         conn, [LeaseMessage(r["id"], r["lease_token"]) for r in leased], now,
@@ -163,7 +163,7 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
                     concurrency=rt.settings.limits.publish_concurrency))
         finally:
             if in_flight is not None:
-                _settled(rt, conn, summary, in_flight)
+                _settled(conn, summary, in_flight)
 
 
 @dataclass
@@ -214,7 +214,7 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         yield leased, now
 
 
-def _settled(rt: Runtime, conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> bool:
+def _settled(conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> bool:
     """Wait for a pass's hand-over; release what the queue refused. False if it refused any
     (the queue is refusing: the tick stops)."""
     try:
