@@ -1,10 +1,10 @@
 """KMS: the two calls envelope encryption makes (GenerateDataKey, Decrypt), and nothing else.
 
 Every call names the encryption context ``{"purpose": PURPOSE}``: a data key made for webhook
-secrets opens only with that context, and the key policy can require it. botocore's errors are
-translated here into :class:`KeyUnavailable`; nothing above sees a botocore or
-``aws_http`` type. The plaintext
-data keys returned are never logged, nor put in an error message.
+secrets opens only with that context, and the key policy can require it. The client's errors
+(botocore's, or ``aws_http``'s in the functions) are translated here into
+:class:`KeyUnavailable`; nothing above sees their types. The plaintext data keys returned are
+never logged, nor put in an error message.
 """
 
 from __future__ import annotations
