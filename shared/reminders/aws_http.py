@@ -126,7 +126,8 @@ def sign(method: str, url: str, headers: dict[str, str], body: bytes, *, service
     key = _hmac(_hmac(_hmac(_hmac(f"AWS4{credentials.secret_key}".encode(), stamp[:8]),
                             region), service), "aws4_request")
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out = {**headers, "X-Amz-Date": stamp,
+    # The Host sent is the one signed (http.client would drop a default port the URL names).
+    out = {**headers, "Host": parts.netloc, "X-Amz-Date": stamp,
            "Authorization": (f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
                              f"SignedHeaders={';'.join(names)}, Signature={signature}")}
     if credentials.token:

@@ -62,6 +62,22 @@ def test_the_signature_is_botocores(service: str, url: str, headers: dict[str, s
     assert ours["Authorization"] == theirs["Authorization"]
 
 
+def test_the_host_sent_is_the_host_signed(scripted: Any) -> None:
+    """An endpoint that names its default port: http.client alone would send the Host without
+    it, and AWS would compute another signature."""
+    port = scripted.server_address[1]
+    signed = aws_http.sign("POST", f"http://127.0.0.1:{port}/", {}, b"", service="sqs",
+                           region="us-east-1", credentials=CREDS, now=NOW)
+    assert signed["Host"] == f"127.0.0.1:{port}"
+    https = aws_http.sign("POST", "https://sqs.eu-west-1.amazonaws.com:443/", {}, b"",
+                          service="sqs", region="eu-west-1", credentials=CREDS, now=NOW)
+    assert https["Host"] == "sqs.eu-west-1.amazonaws.com:443"
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+    assert scripted.hosts == [f"127.0.0.1:{port}"]
+
+
 def test_a_query_string_is_refused_rather_than_signed_wrongly() -> None:
     with pytest.raises(ValueError, match="no query string"):
         aws_http.sign("GET", "https://sqs.eu-west-1.amazonaws.com/?a=b", {}, b"",
@@ -174,6 +190,7 @@ class Scripted(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with server.lock:
             server.requests.append(self.headers.get("Authorization", ""))
+            server.hosts.append(self.headers.get("Host", ""))
             status, body, close, *delay = server.script[
                 min(len(server.requests), len(server.script)) - 1]
         if delay:
@@ -201,6 +218,7 @@ class QuietServer(ThreadingHTTPServer):
 def scripted() -> Iterator[Any]:
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
+    server.hosts = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
