@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from reminders import __version__
 from reminders.errors import ConfigError
 
 # Error codes AWS uses for "slow down": retried like a 5xx (botocore's standard mode list).
@@ -43,6 +44,8 @@ THROTTLING_CODES = frozenset({
     "KMSInternalException", "KMSInvalidStateException",
 })
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# What CloudTrail records as the caller's agent.
+USER_AGENT = f"reminders/{__version__} (SigV4 over http.client)"
 MAX_BACKOFF_SECONDS = 20.0
 # The errors a connection raises when the other end has gone (or never answered).
 CONNECTION_ERRORS = (OSError, http.client.HTTPException)
@@ -275,6 +278,7 @@ class Service:
         signed = sign(method, url, {**headers, "Content-Length": str(len(body))}, body,
                       service=self.service, region=self.region, credentials=credentials,
                       now=self._now())
+        signed["User-Agent"] = USER_AGENT  # not signed, as botocore leaves it out too
         conn, reused = self._pool.take()
         try:
             answer, closing = self._exchange(conn, method, url, signed, body)

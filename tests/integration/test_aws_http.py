@@ -76,6 +76,7 @@ def test_the_host_sent_is_the_host_signed(scripted: Any) -> None:
                                Limits(attempts=1), lambda: CREDS)
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     assert scripted.hosts == [f"127.0.0.1:{port}"]
+    assert scripted.agents == [aws_http.USER_AGENT]
 
 
 def test_a_query_string_is_refused_rather_than_signed_wrongly() -> None:
@@ -191,6 +192,7 @@ class Scripted(BaseHTTPRequestHandler):
         with server.lock:
             server.requests.append(self.headers.get("Authorization", ""))
             server.hosts.append(self.headers.get("Host", ""))
+            server.agents.append(self.headers.get("User-Agent", ""))
             status, body, close, *delay = server.script[
                 min(len(server.requests), len(server.script)) - 1]
         if delay:
@@ -218,7 +220,7 @@ class QuietServer(ThreadingHTTPServer):
 def scripted() -> Iterator[Any]:
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
-    server.hosts = []
+    server.hosts, server.agents = [], []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
