@@ -41,7 +41,6 @@ THROTTLING_CODES = frozenset({
     "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
     "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
     "EC2ThrottledException", "AWS.SimpleQueueService.RequestThrottled",
-    "KMSInternalException", "KMSInvalidStateException",
 })
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # What CloudTrail records as the caller's agent.
