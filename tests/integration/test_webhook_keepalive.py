@@ -468,10 +468,13 @@ def test_idle_connections_are_bounded_per_destination_and_in_all(server: Scripte
         per_destination = channel.idle_connections
         outcomes += overlapping_sends(channel, [server.url("b.example.test")] * 4)
         in_all = channel.idle_connections
+        accepted = server.accepted
+        # The pool made room for b's connections by closing a's, idle longer: both are kept.
+        outcomes += overlapping_sends(channel, [server.url("b.example.test")] * 2)
     finally:
         channel.close()
-    assert outcomes == [Outcome.SENT] * 8
-    assert server.accepted == 8
+    assert outcomes == [Outcome.SENT] * 10
+    assert (accepted, server.accepted) == (8, 8)
     assert (per_destination, in_all) == (2, 3)
 
 
@@ -503,3 +506,19 @@ def test_no_connection_is_kept_with_a_keep_alive_of_zero(server: Scripted) -> No
 def test_the_keep_alive_settings_are_validated(kwargs: dict[str, Any], error: str) -> None:
     with pytest.raises(InvalidInput, match=error):
         WebhookChannel(**kwargs)
+
+
+def test_connections_idle_too_long_are_closed_while_others_are_kept(server: Scripted) -> None:
+    ticks = [100.0]
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, keep_alive_seconds=4.0,
+                             resolver=lambda host, port: ["127.0.0.1"],
+                             monotonic=lambda: ticks[0])
+    try:
+        sent = [channel.send(message(server.url("a.example.test"), key="k1"), NOW).outcome]
+        ticks[0] += 5.0
+        sent.append(channel.send(message(server.url("b.example.test"), key="k2"), NOW).outcome)
+        idle = channel.idle_connections
+    finally:
+        channel.close()
+    assert sent == [Outcome.SENT] * 2
+    assert idle == 1  # b's; a's, idle too long, was closed rather than left open

@@ -78,9 +78,10 @@ MAX_RETRY_AFTER = timedelta(days=365)
 # How long a kept connection may stay idle before it is reused: below the 5 s after which common
 # HTTP servers (Node.js's default) close idle connections, so a reuse rarely races their close.
 KEEP_ALIVE_SECONDS = 4.0
-# Idle connections kept, per destination and in all. A Lambda function may hold 1,024 open
-# descriptors: 400 kept ones leave room for REMINDERS_SEND_CONCURRENCY's at most 500 sends in
-# flight on new connections, and the database and AWS connections, at the same time.
+# Idle connections kept, per destination and in all; when full, the one idle longest is closed to
+# make room. A Lambda function may hold 1,024 open descriptors: 400 kept ones leave room for
+# REMINDERS_SEND_CONCURRENCY's at most 500 sends in flight on new connections, and the database
+# and AWS connections, at the same time.
 MAX_IDLE_PER_DESTINATION = 400
 MAX_IDLE = 400
 
@@ -298,6 +299,7 @@ class _KeptConnections:
         # Oldest first: a connection is given back after every one already there.
         self._idle: dict[_Destination, list[tuple[socket.socket, float]]] = {}
         self._count = 0
+        self._swept = monotonic()
 
     def __len__(self) -> int:
         with self._lock:
@@ -335,28 +337,40 @@ class _KeptConnections:
                 sock.close()
 
     def give_back(self, key: _Destination, sock: socket.socket) -> bool:
-        """Keep ``sock`` for a later send to ``key``; False (the caller closes it) when it is
-        not quiet or the pool is full."""
-        if self._keep_seconds <= 0 or not _quiet(sock):
+        """Keep ``sock`` for a later send to ``key``, closing the connection idle longest (of
+        this destination, or of all when the pool is full) to make room; False (the caller
+        closes it) when it is not quiet or nothing may be kept."""
+        if (self._keep_seconds <= 0 or self._per_destination <= 0 or self._total <= 0
+                or not _quiet(sock)):
             return False
-        expired: list[socket.socket] = []
+        closing: list[socket.socket] = []
         try:
             with self._lock:
                 now = self._monotonic()
-                entries = self._idle.get(key, [])
-                expired.extend(self._expire(entries, now))
-                if self._count >= self._total:
+                if now - self._swept > self._keep_seconds:
+                    # Connections to destinations no longer sent to are closed too, not left
+                    # holding descriptors until the pool is full.
+                    self._swept = now
                     for other in self._idle.values():
-                        expired.extend(self._expire(other, now))
+                        closing.extend(self._expire(other, now))
                     self._idle = {k: v for k, v in self._idle.items() if v}
-                if len(entries) >= self._per_destination or self._count >= self._total:
-                    return False
+                entries = self._idle.setdefault(key, [])
+                closing.extend(self._expire(entries, now))
+                if len(entries) >= self._per_destination:
+                    closing.append(entries.pop(0)[0])
+                    self._count -= 1
+                while self._count >= self._total:  # ends: each turn closes a kept connection
+                    oldest = min((k for k, v in self._idle.items() if v),
+                                 key=lambda k: self._idle[k][0][1])
+                    closing.append(self._idle[oldest].pop(0)[0])
+                    self._count -= 1
+                    if not self._idle[oldest] and oldest != key:
+                        del self._idle[oldest]
                 entries.append((sock, now))
-                self._idle[key] = entries
                 self._count += 1
                 return True
         finally:
-            for old in expired:
+            for old in closing:
                 old.close()
 
     def _expire(self, entries: list[tuple[socket.socket, float]],
