@@ -25,6 +25,10 @@ Both run the consumer's sessions without prepared statements, as deployed
 (``REMINDERS_DB_PREPARE=off``: RDS Proxy pins sessions that prepare). With them, Postgres
 switches to generic plans after a few batches, and those join ``unnest(ids, tokens)`` to the
 deliveries by nested loop: a batch of 300 then takes about 1.8 times as long.
+
+``BENCH_KEEP_ALIVE=1`` makes the receivers of ``consumer_batch_size`` answer in HTTP/1.1 and keep
+their connections, so the channel reuses them from one batch to the next (by default they answer
+in HTTP/1.0 and close each one, so every send connects anew).
 """
 
 from __future__ import annotations
@@ -148,9 +152,10 @@ def _reset_peak_rss() -> bool:
 def bench_consumer_batch_size(server: str) -> Figures:
     secret = new_secret()
     per_scheme = WARM_UP + ROUNDS * sum(SIZES)
+    keep_alive = os.environ.get("BENCH_KEEP_ALIVE", "") == "1"
     with tempfile.TemporaryDirectory(prefix="reminders-tls-") as tmp:
         cert, key = self_signed(Path(tmp), HOOK_HOST)
-        with receivers(secret, cert, key) as (plain_port, tls_port, finish):
+        with receivers(secret, cert, key, keep_alive) as (plain_port, tls_port, finish):
             hooks = {"http": f"http://127.0.0.1:{plain_port}/hooks/b?delay={RECEIVER_DELAY_S}",
                      "https": f"https://{HOOK_HOST}:{tls_port}/hooks/b?delay={RECEIVER_DELAY_S}"}
             conn, url = fresh_db(server, "bench_batch_size")
@@ -177,8 +182,10 @@ def bench_consumer_batch_size(server: str) -> Figures:
                 "goal": "where a batch's time and CPU go as it grows (README: throughput)",
                 "receiver_delay_ms": 1000 * RECEIVER_DELAY_S, "batches_each": ROUNDS,
                 "consumer_cpus": 1,
-                "tls": "ECDSA P-256 certificate, verified by the channel's client context; "
-                       "a new connection and handshake per send"}
+                "tls": "ECDSA P-256 certificate, verified by the channel's client context",
+                "receivers_keep_alive": keep_alive,
+                "connections": "kept and reused from batch to batch" if keep_alive else
+                               "a new connection (and handshake) per send"}
             with one_cpu():
                 for scheme, queue in queues.items():
                     _batch(rt, queue, WARM_UP)

@@ -233,16 +233,18 @@ def percentile(values: Sequence[float], p: float) -> float:
 # ---------------------------------------------------------------- receivers apart, one CPU
 
 
-def _serve(secret: str, cert: str, key: str, ports: Queue[Any], stop: Event) -> None:
+def _serve(secret: str, cert: str, key: str, ports: Queue[Any], stop: Event,
+           keep_alive: bool) -> None:
     """A process of its own, on the CPUs the consumer is kept off (:func:`one_cpu`): one
-    receiver over HTTP and one over HTTPS; their ports on ``ports``, then, once ``stop`` is set,
-    the effects both counted."""
+    receiver over HTTP and one over HTTPS (HTTP/1.1 keeping connections with ``keep_alive``);
+    their ports on ``ports``, then, once ``stop`` is set, the effects both counted."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) > 1:
         os.sched_setaffinity(0, set(cpus[1:]))
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
-    plain, secure = WebhookReceiver(secret).start(), WebhookReceiver(secret, tls=tls).start()
+    plain = WebhookReceiver(secret, keep_alive=keep_alive).start()
+    secure = WebhookReceiver(secret, tls=tls, keep_alive=keep_alive).start()
     ports.put((plain.port, secure.port))
     stop.wait()
     ports.put(sum(plain.stats()["effects"].values()) + sum(secure.stats()["effects"].values()))
@@ -251,13 +253,15 @@ def _serve(secret: str, cert: str, key: str, ports: Queue[Any], stop: Event) -> 
 
 
 @contextlib.contextmanager
-def receivers(secret: str, cert: Path, key: Path) -> Iterator[tuple[int, int, Callable[[], int]]]:
+def receivers(secret: str, cert: Path, key: Path, keep_alive: bool = False,
+              ) -> Iterator[tuple[int, int, Callable[[], int]]]:
     """Receivers in a process of their own, so the benchmark's CPU time is the consumer's
     alone: (HTTP port, HTTPS port, a call that stops them and returns the effects counted)."""
     ctx = multiprocessing.get_context("spawn")
     ports: Queue[Any] = ctx.Queue()
     stop = ctx.Event()
-    process = ctx.Process(target=_serve, args=(secret, str(cert), str(key), ports, stop),
+    process = ctx.Process(target=_serve,
+                          args=(secret, str(cert), str(key), ports, stop, keep_alive),
                           daemon=True)
     process.start()
     effects: list[int] = []

@@ -562,6 +562,7 @@ def test_headers_and_body_on_the_wire() -> None:
     assert headers["webhook-timestamp"] == str(int(NOW.timestamp())) == "1743298200"
     assert headers["Content-Type"] == "application/json"
     assert headers["User-Agent"] == f"reminders/{__version__}"
+    assert "Connection" not in headers  # HTTP/1.1 keeps the connection for the next send
     assert headers["webhook-signature"].startswith("v1,")
     verify(SECRET, headers, body)  # the signed bytes are the sent bytes
     assert b": " not in body and b", " not in body  # compact separators

@@ -8,6 +8,22 @@ Each send has one wall-clock deadline (``send_timeout``) over resolving, connect
 request and reading the whole response. The connect and read timeouts bound each single wait;
 the deadline bounds their sum, so a receiver dripping its answer a byte at a time cannot hold a
 send (and the consumer's invocation) for longer than the deadline.
+
+Connections are kept alive and reused. Every send still resolves and vets its destination; a
+kept connection is reused only for the same scheme, URL host and port, and only if the address
+it is connected to is among the addresses this send vetted (a changed DNS answer means a new
+connection to the new address). A connection is kept only after a response read to its end
+(body within ``max_response_bytes``) on HTTP/1.1 with nothing said about closing, nothing left
+unread and no error; it is not reused after ``keep_alive_seconds`` idle, nor if it became
+readable while idle (the receiver closed it or sent something unasked). The deadline bounds a
+send on a kept connection exactly as on a new one.
+
+A receiver may close an idle connection just as a request goes out on it. When writing the
+request on a kept connection fails, or the connection is closed or reset before any byte of an
+answer arrived, the request is sent once more on a new connection within the same deadline. A
+receiver may therefore see one request twice with the same ``webhook-id`` / ``Idempotency-Key``,
+which its deduplication on that key already covers. Any other failure on a kept connection is
+classified as on a new one.
 """
 
 from __future__ import annotations
@@ -16,8 +32,10 @@ import dataclasses
 import http.client
 import io
 import json
+import select
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,6 +74,16 @@ RESPONSE_SNIPPET_CHARS = 512
 # the retry policy still sees the receiver asked for a long wait, and caps it), and near enough
 # that no date arithmetic can overflow, whatever digits or year a receiver sends.
 MAX_RETRY_AFTER = timedelta(days=365)
+
+# How long a kept connection may stay idle before it is reused: below the 5 s after which common
+# HTTP servers (Node.js's default) close idle connections, so a reuse rarely races their close.
+KEEP_ALIVE_SECONDS = 4.0
+# Idle connections kept, per destination and in all; when full, the one idle longest is closed to
+# make room. A Lambda function may hold 1,024 open descriptors: 400 kept ones leave room for
+# REMINDERS_SEND_CONCURRENCY's at most 500 sends in flight on new connections, and the database
+# and AWS connections, at the same time.
+MAX_IDLE_PER_DESTINATION = 400
+MAX_IDLE = 400
 
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
 _TRANSIENT_4XX = frozenset({408, 425, 429})
@@ -164,16 +192,18 @@ class _Deadline:
 
 
 class _DeadlineSocket:
-    """The connected socket as :mod:`http.client` sees it: each read and write moves at most
-    ``IO_CHUNK`` bytes and waits at most the read timeout or what is left of the deadline,
-    whichever is shorter. Closing it is left to :meth:`WebhookChannel.send`, which owns the
-    socket (http.client closes the connection before the body of a ``Connection: close``
-    answer has been read)."""
+    """The connected socket as :mod:`http.client` sees it for one send: each read and write
+    moves at most ``IO_CHUNK`` bytes and waits at most the read timeout or what is left of the
+    deadline, whichever is shorter. Closing it leaves the socket open: :meth:`WebhookChannel.send`
+    owns the socket, and closes it or keeps it for a later send (http.client closes the
+    connection before the body of a ``Connection: close`` answer has been read)."""
 
     def __init__(self, sock: socket.socket, deadline: _Deadline, per_wait: float) -> None:
         self._sock = sock
         self._deadline = deadline
         self._per_wait = per_wait
+        self.received = 0  # bytes of the answer read from the socket so far
+        self.reader: _ResponseReader | None = None
 
     def _wait(self, op: Callable[[], int]) -> int:
         timeout, deadline_sets_it = self._deadline.timeout(self._per_wait)
@@ -194,12 +224,15 @@ class _DeadlineSocket:
 
     def recv_into(self, buffer: WriteableBuffer) -> int:
         with memoryview(buffer) as view, view.cast("B") as octets:
-            return self._wait(partial(self._sock.recv_into, octets[:IO_CHUNK]))
+            got = self._wait(partial(self._sock.recv_into, octets[:IO_CHUNK]))
+        self.received += got
+        return got
 
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         if mode != "rb":
             raise ValueError(f"only 'rb' is supported, not {mode!r}")
-        return io.BufferedReader(_DeadlineReader(self), IO_CHUNK)
+        self.reader = _ResponseReader(_DeadlineReader(self), IO_CHUNK)
+        return self.reader
 
     def close(self) -> None:
         pass
@@ -209,12 +242,185 @@ class _DeadlineReader(io.RawIOBase):
     def __init__(self, sock: _DeadlineSocket) -> None:
         super().__init__()
         self._sock = sock
+        self.closing = False
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: WriteableBuffer) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int | None:
+        if self.closing:
+            return None  # "nothing without waiting": the buffered reader peeks at its buffer only
         return self._sock.recv_into(buffer)
+
+
+class _ResponseReader(io.BufferedReader):
+    """The buffered reader http.client reads an answer with. When http.client closes it (at the
+    end of the answer) it counts the bytes it had read from the socket beyond the answer: a
+    connection with any is not reused."""
+
+    leftover = 0
+
+    def close(self) -> None:
+        if not self.closed:
+            raw = self.raw
+            if isinstance(raw, _DeadlineReader):
+                raw.closing = True
+            self.leftover = len(self.peek())
+        super().close()
+
+
+def _quiet(sock: socket.socket) -> bool:
+    """Whether an idle connection has nothing to read: no bytes, no end of stream, no error.
+    An idle keep-alive connection that is readable was closed by the receiver or got bytes
+    nobody asked for; either way it cannot carry another request."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    poller = select.poll()  # not select.select: descriptors above FD_SETSIZE are fine
+    try:
+        poller.register(sock, select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+_Destination = tuple[str, str, int, IPAddress]  # scheme, host as in the URL, port, connected IP
+
+
+class _KeptConnections:
+    """Idle connections that answered cleanly, per destination; shared by the send threads."""
+
+    def __init__(self, keep_seconds: float, per_destination: int, total: int,
+                 monotonic: Callable[[], float]) -> None:
+        self._keep_seconds = keep_seconds
+        self._per_destination = per_destination
+        self._total = total
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        # Oldest first: a connection is given back after every one already there.
+        self._idle: dict[_Destination, list[tuple[socket.socket, float]]] = {}
+        self._count = 0
+        self._swept = monotonic()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._count
+
+    def take(self, scheme: str, host: str, port: int,
+             addresses: Iterable[IPAddress]) -> tuple[socket.socket, IPAddress] | None:
+        """The most recently kept connection to one of ``addresses`` that is fresh and quiet;
+        stale ones met on the way are closed."""
+        stale: list[socket.socket] = []
+        try:
+            for address in addresses:
+                key = (scheme, host, port, address)
+                while True:  # ends: each turn removes a connection from the bounded pool
+                    with self._lock:
+                        entries = self._idle.get(key)
+                        if not entries:
+                            break
+                        sock, since = entries.pop()
+                        self._count -= 1
+                        too_old = self._monotonic() - since > self._keep_seconds
+                        if too_old:  # the newest is, so every older one is too
+                            stale.extend(old for old, _ in entries)
+                            self._count -= len(entries)
+                            entries.clear()
+                        if not entries:
+                            del self._idle[key]
+                    if too_old or not _quiet(sock):
+                        stale.append(sock)
+                        continue
+                    return sock, address
+            return None
+        finally:
+            for sock in stale:
+                sock.close()
+
+    def give_back(self, key: _Destination, sock: socket.socket) -> bool:
+        """Keep ``sock`` for a later send to ``key``, closing the connection idle longest (of
+        this destination, or of all when the pool is full) to make room; False (the caller
+        closes it) when it is not quiet or nothing may be kept."""
+        if (self._keep_seconds <= 0 or self._per_destination <= 0 or self._total <= 0
+                or not _quiet(sock)):
+            return False
+        closing: list[socket.socket] = []
+        try:
+            with self._lock:
+                now = self._monotonic()
+                if now - self._swept > self._keep_seconds:
+                    # Connections to destinations no longer sent to are closed too, not left
+                    # holding descriptors until the pool is full.
+                    self._swept = now
+                    for other in self._idle.values():
+                        closing.extend(self._expire(other, now))
+                    self._idle = {k: v for k, v in self._idle.items() if v}
+                entries = self._idle.setdefault(key, [])
+                closing.extend(self._expire(entries, now))
+                if len(entries) >= self._per_destination:
+                    closing.append(entries.pop(0)[0])
+                    self._count -= 1
+                while self._count >= self._total:  # ends: each turn closes a kept connection
+                    oldest = min((k for k, v in self._idle.items() if v),
+                                 key=lambda k: self._idle[k][0][1])
+                    closing.append(self._idle[oldest].pop(0)[0])
+                    self._count -= 1
+                    if not self._idle[oldest] and oldest != key:
+                        del self._idle[oldest]
+                entries.append((sock, now))
+                self._count += 1
+                return True
+        finally:
+            for old in closing:
+                old.close()
+
+    def _expire(self, entries: list[tuple[socket.socket, float]],
+                now: float) -> list[socket.socket]:
+        """Remove from ``entries`` (oldest first) those idle too long; the caller holds the lock
+        and closes them."""
+        fresh = 0
+        while fresh < len(entries) and now - entries[fresh][1] > self._keep_seconds:
+            fresh += 1
+        gone = [sock for sock, _ in entries[:fresh]]
+        del entries[:fresh]
+        self._count -= len(gone)
+        return gone
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._count = self._idle, {}, 0
+        for entries in idle.values():
+            for sock, _ in entries:
+                sock.close()
+
+
+# What a kept connection the receiver closed as the request arrived raises while the answer is
+# awaited (http.client's RemoteDisconnected is a ConnectionResetError).
+_DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+@dataclass(frozen=True)
+class _Try:
+    """One request on one connection: its result (None when a kept connection turned out to be
+    closed before answering, so the request goes again on a new one), whether the request was
+    written in full, and whether the connection may carry another request."""
+
+    result: SendResult | None
+    written: bool = False
+    clean: bool = False
+
+
+def _reusable(response: http.client.HTTPResponse) -> bool:
+    """Whether a response read without error leaves its connection ready for another request:
+    an HTTP/1.1 answer with a status, read to its very end, and nothing said about closing."""
+    if not 200 <= response.status < 600 or response.version != 11 or response.will_close:
+        return False
+    tokens = (response.getheader("Connection") or "").lower().replace(",", " ").split()
+    if "close" in tokens:
+        return False
+    if not response.isclosed():
+        return False  # body left unread (more than max_response_bytes)
+    # http.client also marks the body done at an early end of stream with bytes still owed.
+    return bool(response.chunked) or response.length == 0
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -239,9 +445,16 @@ class WebhookChannel:
         resolver: Resolver = resolve_host,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
+        keep_alive_seconds: float = KEEP_ALIVE_SECONDS,
+        max_idle_per_destination: int = MAX_IDLE_PER_DESTINATION,
+        max_idle: int = MAX_IDLE,
     ) -> None:
         if connect_timeout <= 0 or read_timeout <= 0 or send_timeout <= 0:
             raise InvalidInput("webhook timeouts must be positive")
+        if keep_alive_seconds < 0:
+            raise InvalidInput("keep_alive_seconds must not be negative (0 keeps no connection)")
+        if max_idle_per_destination < 0 or max_idle < 0:
+            raise InvalidInput("max_idle_per_destination and max_idle must not be negative")
         self.allow: list[IPNetwork] = parse_allow_entries(allow)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -254,6 +467,17 @@ class WebhookChannel:
         # Deadlines are durations measured on this host, not instants: the injected Clock of
         # the rest of the system may stand still (tests, the demo) while a socket waits.
         self._monotonic = monotonic
+        self._kept = _KeptConnections(keep_alive_seconds, max_idle_per_destination, max_idle,
+                                      monotonic)
+
+    @property
+    def idle_connections(self) -> int:
+        """How many connections are kept, idle, for later sends."""
+        return len(self._kept)
+
+    def close(self) -> None:
+        """Close every kept connection (sends after this open new ones, and keep them)."""
+        self._kept.close()
 
     def send(self, message: Message, now: datetime) -> SendResult:
         now = require_aware(now, "now").astimezone(UTC)
@@ -287,20 +511,62 @@ class WebhookChannel:
             signing.HEADER_SIGNATURE: signing.sign_all(
                 message.secrets, message.delivery_key, timestamp, body
             ),
-            "Connection": "close",
         }
+        written_before = False
+        kept = self._kept.take(target.scheme, target.host, target.port, addresses)
+        if kept is not None:
+            first = self._try(kept[0], kept[1], target, headers, body, now, deadline,
+                              reused=True)
+            if first.result is not None:
+                return first.result
+            # The receiver closed the kept connection as the request went out: once more, on a
+            # new connection.
+            written_before = first.written
         connected = self._connect(target, addresses, deadline)
         if isinstance(connected, SendResult):
-            return connected
-        sock, address = connected
+            result = connected
+        else:
+            fresh = self._try(connected[0], connected[1], target, headers, body, now, deadline,
+                              reused=False).result
+            assert fresh is not None  # only a try on a kept connection comes back without one
+            result = fresh
+        if written_before and result.outcome is Outcome.TRANSIENT and result.status_code is None:
+            # Nothing was sent this time, but the request was written on the kept connection
+            # before it closed: the receiver may have acted on it.
+            return dataclasses.replace(result, outcome=Outcome.UNKNOWN, detail=_one_line(
+                f"{result.detail}; the request was written on a kept connection before the "
+                "receiver closed it, and may have been received", 400))
+        return result
+
+    def _try(
+        self,
+        sock: socket.socket,
+        address: IPAddress,
+        target: _Target,
+        headers: dict[str, str],
+        body: bytes,
+        now: datetime,
+        deadline: _Deadline,
+        *,
+        reused: bool,
+    ) -> _Try:
+        """One request on ``sock``, which it then keeps for a later send or closes."""
         conn = http.client.HTTPConnection(str(address), target.port, timeout=self.read_timeout)
+        wrapped = _DeadlineSocket(sock, deadline, self.read_timeout)
         # Duck-typed: http.client only calls sendall, makefile("rb") and close on it.
-        conn.sock = cast(socket.socket, _DeadlineSocket(sock, deadline, self.read_timeout))
+        conn.sock = cast(socket.socket, wrapped)
+        keep = False
         try:
-            return self._exchange(conn, target, headers, body, now)
+            attempt = self._exchange(conn, wrapped, target, headers, body, now, reused=reused)
+            reader = wrapped.reader
+            keep = attempt.clean and reader is not None and reader.closed and not reader.leftover
         finally:
+            conn.sock = None  # detached: closing the connection leaves the socket alone
             conn.close()
-            sock.close()
+            destination = (target.scheme, target.host, target.port, address)
+            if not (keep and self._kept.give_back(destination, sock)):
+                sock.close()
+        return attempt
 
     def _tls(self) -> ssl.SSLContext:
         if self._ssl_context is None:  # made on first use: loading the CA bundle takes time
@@ -364,61 +630,71 @@ class WebhookChannel:
     def _exchange(
         self,
         conn: http.client.HTTPConnection,
+        wrapped: _DeadlineSocket,
         target: _Target,
         headers: dict[str, str],
         body: bytes,
         now: datetime,
-    ) -> SendResult:
+        *,
+        reused: bool,
+    ) -> _Try:
         try:
             conn.request("POST", target.path, body=body, headers=headers)
         except ValueError as exc:
             # http.client refuses a control character in the path or a header before writing.
-            return SendResult(Outcome.PERMANENT, _one_line(f"invalid request: {exc}"))
+            return _Try(SendResult(Outcome.PERMANENT, _one_line(f"invalid request: {exc}")))
         except _DeadlineHit:
             # Cut off before or while writing: the receiver cannot act on a request it did not
             # get in full.
-            return SendResult(
+            return _Try(SendResult(
                 Outcome.TRANSIENT,
                 f"send deadline of {self.send_timeout}s hit while writing the request; "
                 "it was not completely sent",
-            )
+            ))
         except OSError as exc:
+            if reused:
+                return _Try(None)  # a kept connection the receiver had closed: try a new one
             # The request was not completely written, so the receiver cannot have acted on it.
-            return SendResult(
+            return _Try(SendResult(
                 Outcome.TRANSIENT, _one_line(f"connection failed while sending: {exc}")
-            )
+            ))
         try:
             response = conn.getresponse()
         except _DeadlineHit:
-            return SendResult(
+            return _Try(SendResult(
                 Outcome.UNKNOWN,
                 f"send deadline of {self.send_timeout}s hit while waiting for the response; "
                 "the request was sent",
-            )
+            ), written=True)
         except TimeoutError:
-            return SendResult(
+            return _Try(SendResult(
                 Outcome.UNKNOWN,
                 f"no response within {self.read_timeout}s (read timeout); the request was sent",
-            )
+            ), written=True)
         except (OSError, http.client.HTTPException) as exc:
+            if reused and isinstance(exc, _DROPPED) and wrapped.received == 0:
+                # Closed or reset before a byte of an answer: what a receiver closing an idle
+                # connection as the request arrives looks like. Try a new connection.
+                return _Try(None, written=True)
             kind = type(exc).__name__
-            return SendResult(
+            return _Try(SendResult(
                 Outcome.UNKNOWN,
                 _one_line(f"connection lost after the request was sent ({kind}: {exc})"),
-            )
-        cut_off = False
+            ), written=True)
+        cut_off = failed = False
         try:
             snippet = response.read(self._max_response_bytes)
         except _DeadlineHit:
             snippet, cut_off = b"", True
         except (OSError, http.client.HTTPException):
-            snippet = b""
+            snippet, failed = b"", True
         result = self._classify(response, snippet, now)
         if cut_off:  # the status is the answer; only the body was lost
             result = dataclasses.replace(result, detail=(
                 f"{result.detail}; response body cut off at the {self.send_timeout}s "
                 "send deadline"))
-        return result
+        clean = not (cut_off or failed) and _reusable(response)
+        return _Try(result, written=True, clean=clean)
 
     def _classify(
         self, response: http.client.HTTPResponse, snippet: bytes, now: datetime

@@ -4,6 +4,9 @@ Used in-process by tests (``WebhookReceiver(secret).start()``) and as a process 
 stack (``python -m reminders.local.receiver --secret whsec_... --port 8787`` prints its URL once
 ready and serves until SIGTERM). ``WebhookReceiver(secret, tls=context)`` serves HTTPS with a
 server context the caller loaded its certificate into (the benchmarks measure TLS with it).
+It answers in HTTP/1.0 and closes every connection after one answer;
+``WebhookReceiver(secret, keep_alive=True)`` answers in HTTP/1.1 and keeps connections open for
+further requests (``accepted_connections`` counts the connections it accepted, either way).
 
 Endpoints are scripted by their URL, so a test can register one that misbehaves::
 
@@ -31,6 +34,7 @@ once per ``webhook-id``; a later 2xx for the same id is answered 200 again but c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import signal
@@ -102,17 +106,23 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
     daemon_threads = True
     tls: ssl.SSLContext | None = None
+    receiver: WebhookReceiver
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """With TLS, the handshake runs here, in the connection's own thread: in the accepting
         thread it would make a batch's connections wait on each other's handshakes."""
-        if self.tls is not None:
-            try:
-                request = self.tls.wrap_socket(request, server_side=True)
-            except (OSError, ssl.SSLError):
-                request.close()
-                return
-        super().finish_request(request, client_address)
+        self.receiver._opened(request)
+        try:
+            if self.tls is not None:
+                try:
+                    request = self.receiver._wrapped(
+                        request, self.tls.wrap_socket(request, server_side=True))
+                except (OSError, ssl.SSLError):
+                    request.close()
+                    return
+            super().finish_request(request, client_address)
+        finally:
+            self.receiver._closed(request)
 
 
 class WebhookReceiver:
@@ -129,6 +139,7 @@ class WebhookReceiver:
         tolerance_seconds: int | None = None,
         verbose: bool = False,
         tls: ssl.SSLContext | None = None,
+        keep_alive: bool = False,
     ) -> None:
         for one in (secret, *also_accept):
             validate_secret(one)
@@ -140,6 +151,9 @@ class WebhookReceiver:
         self.tolerance_seconds = tolerance_seconds
         self.verbose = verbose
         self.tls = tls  # serve HTTPS with this context (its certificate and key loaded)
+        self.keep_alive = keep_alive  # HTTP/1.1, connections kept open between requests
+        self._accepted = 0
+        self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -154,6 +168,7 @@ class WebhookReceiver:
         self._stopping.clear()
         server = _Server((self.host, self._requested_port), _make_handler(self))
         server.tls = self.tls
+        server.receiver = self
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -171,6 +186,13 @@ class WebhookReceiver:
         self._stopping.set()  # wakes handlers sleeping on a scripted delay
         server.shutdown()
         server.server_close()
+        if self.keep_alive:
+            # Connections kept open wait for their next request: end them.
+            with self._lock:
+                still_open = list(self._open)
+            for conn in still_open:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
         if thread is not None:
             thread.join()
         self._server = self._thread = None
@@ -191,6 +213,27 @@ class WebhookReceiver:
         if self._server is None:
             raise RuntimeError("the receiver is not running; call start() first")
         return int(self._server.server_address[1])
+
+    @property
+    def accepted_connections(self) -> int:
+        """How many connections the receiver has accepted since it started."""
+        with self._lock:
+            return self._accepted
+
+    def _opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._accepted += 1
+            self._open.add(conn)
+
+    def _wrapped(self, conn: socket.socket, tls: ssl.SSLSocket) -> ssl.SSLSocket:
+        with self._lock:
+            self._open.discard(conn)
+            self._open.add(tls)
+        return tls
+
+    def _closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(conn)
 
     @property
     def url(self) -> str:
@@ -317,6 +360,10 @@ class WebhookReceiver:
 def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "reminders-webhook-receiver"
+        protocol_version = "HTTP/1.1" if receiver.keep_alive else "HTTP/1.0"
+        # An answer sent before the request's body was read ends a kept connection: the body's
+        # bytes would be taken for the next request.
+        unread_body = False
 
         def log_message(self, format: str, *args: Any) -> None:
             if receiver.verbose:
@@ -339,6 +386,8 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", str(len(body)))
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
+                if receiver.keep_alive and self.unread_body:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(body)
                 answer = buffer.getvalue()
@@ -367,6 +416,7 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, {"error": f"no such page {parts.path}"})
 
         def do_POST(self) -> None:
+            self.unread_body = True
             parts = urlsplit(self.path)
             if parts.path == "/_reset":
                 receiver.reset()
@@ -385,6 +435,7 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
                 self._answer(413, {"error": f"body over {MAX_BODY_BYTES} bytes"})
                 return
             body = self.rfile.read(length)
+            self.unread_body = False
             headers = {name.lower(): value for name, value in self.headers.items()}
             with receiver._lock:
                 secrets = list(receiver.secrets)

@@ -1,0 +1,524 @@
+"""The webhook channel keeps connections alive, and reuses one only when that is safe: against
+real HTTP/1.1 servers on 127.0.0.1 that count the connections they accept."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reminders.channels.base import Message, Outcome
+from reminders.channels.signing import HEADER_ID, new_secret
+from reminders.channels.webhook import WebhookChannel
+from reminders.clock import FixedClock
+from reminders.errors import InvalidInput
+from reminders.local.receiver import WebhookReceiver
+from tests.certs import self_signed
+
+NOW = datetime(2025, 3, 30, 1, 30, tzinfo=UTC)
+SECRET = new_secret()
+BIG_BODY = 1000
+# What a server that times out an idle keep-alive connection (nginx, Apache) sends before
+# closing it.
+IDLE_TIMEOUT_ANSWER = (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n"
+                       b"Connection: close\r\n\r\n")
+
+
+def message(url: str, key: str = "k1") -> Message:
+    return Message(
+        delivery_key=key, tenant="acme", kind="balance_due", recipient="r1", destination=url,
+        payload={"amount": "12.50"}, revision="1", occurrence_at=NOW, attempt=1,
+        secrets=(SECRET,),
+    )
+
+
+class Scripted(ThreadingHTTPServer):
+    """An HTTP/1.1 server answering each POST as the next step of its script says (the last
+    step repeats); it counts the connections it accepts and records, per request, the connection
+    it came on and its webhook-id. Steps:
+
+    ``ok``          200 with a short body, the connection kept
+    ``drop``        read the request, then close the connection without answering
+    ``drop_unread`` close the connection without reading the request's body
+    ``say_close``   200 with ``Connection: close``, but keep the connection open all the same
+    ``big``         200 with a body of ``BIG_BODY`` bytes, the connection kept
+    ``trailing``    200, then bytes nobody asked for on the same connection
+    ``http10``      an HTTP/1.0 answer, then close
+    ``slow``        wait ``slow_seconds`` (the request already recorded), then 200
+    """
+
+    daemon_threads = True
+    allow_reuse_address = False
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__((host, port), _ScriptedHandler)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.script = ["ok"]
+        self.slow_seconds = 3.0
+        self.accepted = 0
+        self.seen = 0
+        self.requests: list[tuple[int, str]] = []  # (connection number, webhook-id)
+        self.open: dict[int, socket.socket] = {}
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}/hook"
+
+    def opened(self, conn: socket.socket) -> int:
+        with self.lock:
+            self.accepted += 1
+            self.open[self.accepted] = conn
+            return self.accepted
+
+    def closed(self, number: int) -> None:
+        with self.lock:
+            self.open.pop(number, None)
+
+    def step(self) -> str:
+        with self.lock:
+            self.seen += 1
+            return self.script[min(self.seen, len(self.script)) - 1]
+
+    def record(self, number: int, key: str) -> None:
+        with self.lock:
+            self.requests.append((number, key))
+
+    def drop_idle(self, say: bytes = b"", close: bool = True) -> None:
+        """Send ``say`` on every open connection (none is in the middle of a request), then
+        close it unless ``close`` is false."""
+        with self.lock:
+            conns = list(self.open.values())
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                if say:
+                    conn.sendall(say)
+                if close:
+                    conn.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.shutdown()
+        self.server_close()
+        self.drop_idle()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away: expected here
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Scripted
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.number = self.server.opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.closed(self.number)
+
+    def do_POST(self) -> None:
+        server = self.server
+        step = server.step()
+        key = self.headers.get(HEADER_ID, "")
+        if step == "drop_unread":
+            server.record(self.number, key)
+            self.close_connection = True
+            return
+        self.rfile.read(int(self.headers["Content-Length"]))
+        server.record(self.number, key)
+        if step == "drop":
+            self.close_connection = True
+            return
+        if step == "slow" and server.stop.wait(server.slow_seconds):
+            return
+        body = b"x" * BIG_BODY if step == "big" else b'{"ok":true}'
+        if step == "http10":
+            self.protocol_version = "HTTP/1.0"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if step == "say_close":
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = step == "http10"
+        self.wfile.write(body + (b"HTTP/1.1 200 OK\r\n" if step == "trailing" else b""))
+
+
+@pytest.fixture
+def server() -> Iterator[Scripted]:
+    scripted = Scripted()
+    yield scripted
+    scripted.close()
+
+
+@pytest.fixture
+def channel() -> Iterator[WebhookChannel]:
+    made = WebhookChannel(allow=["127.0.0.1/32"], connect_timeout=1.0, read_timeout=1.0)
+    yield made
+    made.close()
+
+
+def keys(server: Scripted) -> list[str]:
+    return [key for _, key in server.requests]
+
+
+# --- reuse ------------------------------------------------------------------------------------
+
+
+def test_consecutive_sends_share_one_connection(server: Scripted, channel: WebhookChannel) -> None:
+    results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(3)]
+    assert [r.outcome for r in results] == [Outcome.SENT] * 3
+    assert server.accepted == 1
+    assert server.requests == [(1, "k0"), (1, "k1"), (1, "k2")]
+    assert channel.idle_connections == 1
+
+
+def test_the_receiver_keeps_connections_only_when_asked(channel: WebhookChannel) -> None:
+    with WebhookReceiver(SECRET, clock=FixedClock(NOW), keep_alive=True) as kept, \
+            WebhookReceiver(SECRET, clock=FixedClock(NOW)) as closing:
+        sent = [channel.send(message(rcv.hook_url("a"), key=f"k{i}"), NOW)
+                for rcv in (kept, closing) for i in (1, 2)]
+        assert [r.outcome for r in sent] == [Outcome.SENT] * 4
+        # HTTP/1.0 answers (the receiver's default) close their connection.
+        assert (kept.accepted_connections, closing.accepted_connections) == (1, 2)
+        assert kept.stats()["effects"] == closing.stats()["effects"] == {"k1": 1, "k2": 1}
+
+
+def test_https_connections_are_reused(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path, "hooks.example.test")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    channel = WebhookChannel(
+        allow=["127.0.0.1"], resolver=lambda host, port: ["127.0.0.1"],
+        ssl_context=ssl.create_default_context(cafile=cert),
+    )
+    with WebhookReceiver(SECRET, clock=FixedClock(NOW), tls=server_tls, keep_alive=True) as rcv:
+        url = f"https://hooks.example.test:{rcv.port}/hooks/a"
+        sent = [channel.send(message(url, key=f"k{i}"), NOW) for i in range(3)]
+        accepted = rcv.accepted_connections
+    channel.close()
+    assert [(r.outcome, r.status_code) for r in sent] == [(Outcome.SENT, 200)] * 3
+    assert accepted == 1
+
+
+def test_consecutive_batches_from_many_threads_reuse_the_kept_connections(
+        channel: WebhookChannel) -> None:
+    with WebhookReceiver(SECRET, clock=FixedClock(NOW), keep_alive=True) as rcv, \
+            ThreadPoolExecutor(max_workers=10) as pool:
+        def batch(name: str) -> list[Outcome]:
+            return list(pool.map(
+                lambda i: channel.send(message(rcv.hook_url("a"), key=f"{name}{i}"), NOW).outcome,
+                range(30)))
+
+        first = batch("first")
+        after_first = rcv.accepted_connections
+        second = batch("second")
+        after_second = rcv.accepted_connections
+    assert first == second == [Outcome.SENT] * 30
+    assert 1 <= after_first <= 10
+    assert after_second == after_first  # the second batch opened no connection
+
+
+# --- what is never reused ---------------------------------------------------------------------
+
+
+def test_a_connection_closed_while_idle_is_not_used(
+        server: Scripted, channel: WebhookChannel) -> None:
+    assert channel.send(message(server.url(), key="k1"), NOW).outcome is Outcome.SENT
+    server.drop_idle()
+    after = channel.send(message(server.url(), key="k2"), NOW)
+    assert (after.outcome, after.status_code) == (Outcome.SENT, 200)
+    assert channel.send(message(server.url(), key="k3"), NOW).outcome is Outcome.SENT
+    assert server.accepted == 2  # the second send opened a new one, the third reused it
+    assert keys(server) == ["k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize("close", [True, False], ids=["then-closed", "left-open"])
+def test_a_connection_that_became_readable_while_idle_is_not_used(
+        server: Scripted, channel: WebhookChannel, close: bool) -> None:
+    # Read as the answer to the next request, the server's idle-timeout 408 would make a
+    # delivered webhook look like a refused one.
+    assert channel.send(message(server.url(), key="k1"), NOW).outcome is Outcome.SENT
+    server.drop_idle(say=IDLE_TIMEOUT_ANSWER, close=close)
+    after = channel.send(message(server.url(), key="k2"), NOW)
+    assert (after.outcome, after.status_code) == (Outcome.SENT, 200)
+    assert channel.send(message(server.url(), key="k3"), NOW).outcome is Outcome.SENT
+    assert server.accepted == 2
+    assert keys(server) == ["k1", "k2", "k3"]
+
+
+def test_a_connection_idle_longer_than_the_keep_alive_is_not_reused(server: Scripted) -> None:
+    ticks = [100.0]
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, keep_alive_seconds=4.0,
+                             monotonic=lambda: ticks[0])
+    try:
+        outcomes = [channel.send(message(server.url(), key="k1"), NOW).outcome]
+        ticks[0] += 3.9
+        outcomes.append(channel.send(message(server.url(), key="k2"), NOW).outcome)
+        assert server.accepted == 1  # within the limit: reused
+        ticks[0] += 4.1
+        outcomes.append(channel.send(message(server.url(), key="k3"), NOW).outcome)
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 3
+    assert server.accepted == 2
+    assert [number for number, _ in server.requests] == [1, 1, 2]
+
+
+def test_a_changed_dns_answer_means_a_new_connection_to_the_new_address() -> None:
+    first = Scripted("127.0.0.1")
+    second = None
+    for _ in range(5):  # the same port on another loopback address; rarely taken
+        try:
+            second = Scripted("127.0.0.2", first.port)
+            break
+        except OSError:
+            first.close()
+            first = Scripted("127.0.0.1")
+    assert second is not None
+    answers = iter([["127.0.0.1"], ["127.0.0.2"], ["127.0.0.1"]])
+    channel = WebhookChannel(allow=["127.0.0.0/8"], read_timeout=1.0,
+                             resolver=lambda host, port: next(answers))
+    url = f"http://hooks.example.test:{first.port}/hook"
+    try:
+        outcomes = [channel.send(message(url, key=f"k{i}"), NOW).outcome for i in range(3)]
+    finally:
+        channel.close()
+        first.close()
+        second.close()
+    assert outcomes == [Outcome.SENT] * 3
+    assert (first.requests, second.requests) == ([(1, "k0"), (1, "k2")], [(1, "k1")])
+    assert (first.accepted, second.accepted) == (1, 1)
+
+
+def test_another_host_name_for_the_same_address_gets_its_own_connection(
+        server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0,
+                             resolver=lambda host, port: ["127.0.0.1"])
+    try:
+        outcomes = [channel.send(message(server.url(host), key=host), NOW).outcome
+                    for host in ("a.example.test", "b.example.test", "a.example.test")]
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 3
+    assert server.requests == [(1, "a.example.test"), (2, "b.example.test"),
+                               (1, "a.example.test")]
+
+
+def test_the_address_guard_is_asked_before_a_kept_connection_is_used(server: Scripted) -> None:
+    answers = iter([["127.0.0.1"], ["127.0.0.1", "10.0.0.1"]])
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0,
+                             resolver=lambda host, port: next(answers))
+    url = f"http://hooks.example.test:{server.port}/hook"
+    try:
+        sent = channel.send(message(url, key="k1"), NOW)
+        refused = channel.send(message(url, key="k2"), NOW)
+    finally:
+        channel.close()
+    assert sent.outcome is Outcome.SENT
+    assert refused.outcome is Outcome.PERMANENT
+    assert refused.detail.startswith("destination 10.0.0.1 is private")
+    assert keys(server) == ["k1"]
+
+
+@pytest.mark.parametrize(
+    "step", ["say_close", "big", "trailing", "http10"],
+    ids=["connection-close", "body-over-the-cap", "bytes-after-the-answer", "http-1.0"])
+def test_an_answer_that_is_not_clean_leaves_nothing_kept(server: Scripted, step: str) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0,
+                             max_response_bytes=BIG_BODY // 2)
+    server.script = ["ok", step, "ok"]
+    try:
+        results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(3)]
+        idle_after_each = channel.idle_connections
+    finally:
+        channel.close()
+    assert [(r.outcome, r.status_code) for r in results] == [(Outcome.SENT, 200)] * 3
+    # The first connection carried the second request, then was closed; the third opened anew.
+    assert [number for number, _ in server.requests] == [1, 1, 2]
+    assert idle_after_each == 1
+
+
+def test_a_body_that_fits_the_cap_is_read_and_the_connection_kept(server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0,
+                             max_response_bytes=BIG_BODY)
+    server.script = ["big"]
+    try:
+        results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    finally:
+        channel.close()
+    assert [r.outcome for r in results] == [Outcome.SENT] * 2
+    assert server.accepted == 1
+
+
+def test_a_read_timeout_on_a_kept_connection_is_unknown_and_not_retried(
+        server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=0.3)
+    server.script = ["ok", "slow", "ok"]
+    try:
+        sent = channel.send(message(server.url(), key="k1"), NOW)
+        slow = channel.send(message(server.url(), key="k2"), NOW)
+        idle = channel.idle_connections
+        again = channel.send(message(server.url(), key="k3"), NOW)
+    finally:
+        channel.close()
+    assert (sent.outcome, again.outcome) == (Outcome.SENT, Outcome.SENT)
+    assert slow.outcome is Outcome.UNKNOWN
+    assert slow.detail == "no response within 0.3s (read timeout); the request was sent"
+    assert idle == 0
+    assert server.requests == [(1, "k1"), (1, "k2"), (2, "k3")]
+
+
+def test_the_deadline_bounds_a_send_on_a_kept_connection(server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=2.0, send_timeout=1.0)
+    server.script = ["ok", "slow"]
+    try:
+        sent = channel.send(message(server.url(), key="k1"), NOW)
+        late = channel.send(message(server.url(), key="k2"), NOW)
+        idle = channel.idle_connections
+    finally:
+        channel.close()
+    assert sent.outcome is Outcome.SENT
+    assert (late.outcome, late.detail) == (
+        Outcome.UNKNOWN,
+        "send deadline of 1.0s hit while waiting for the response; the request was sent")
+    assert idle == 0
+    assert server.requests == [(1, "k1"), (1, "k2")]
+
+
+# --- a kept connection closed as the request arrives --------------------------------------------
+
+
+@pytest.mark.parametrize("step", ["drop", "drop_unread"])
+def test_a_kept_connection_closed_as_the_request_arrives_is_retried_on_a_new_one(
+        server: Scripted, channel: WebhookChannel, step: str) -> None:
+    server.script = ["ok", step, "ok"]
+    big = {"blob": "x" * (16 * 1024 * 1024)} if step == "drop_unread" else {"amount": "1"}
+    first = channel.send(message(server.url(), key="k1"), NOW)
+    second = channel.send(dataclasses.replace(message(server.url(), key="k2"), payload=big), NOW)
+    assert (first.outcome, second.outcome, second.status_code) == (Outcome.SENT, Outcome.SENT, 200)
+    # The receiver saw the second request twice, with one webhook-id: its dedupe contract.
+    assert server.requests == [(1, "k1"), (1, "k2"), (2, "k2")]
+
+
+def test_a_new_connection_closed_without_an_answer_is_unknown_and_not_retried(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["drop", "ok"]
+    result = channel.send(message(server.url(), key="k1"), NOW)
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.detail.startswith(
+        "connection lost after the request was sent (RemoteDisconnected")
+    assert server.requests == [(1, "k1")]
+
+
+def test_when_the_retry_cannot_connect_the_first_request_may_have_arrived(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["ok", "drop"]
+    assert channel.send(message(server.url(), key="k1"), NOW).outcome is Outcome.SENT
+    server.shutdown()
+    server.server_close()  # the kept connection still reaches its handler; nothing new does
+    result = channel.send(message(server.url(), key="k2"), NOW)
+    assert result.outcome is Outcome.UNKNOWN
+    assert result.detail == (
+        f"connection refused by 127.0.0.1:{server.port}; the request was written on a kept "
+        "connection before the receiver closed it, and may have been received")
+    assert server.requests == [(1, "k1"), (1, "k2")]
+
+
+# --- bounds -----------------------------------------------------------------------------------
+
+
+def overlapping_sends(channel: WebhookChannel, urls: list[str]) -> list[Outcome]:
+    """Send to each URL at once, each on its own connection (the server answers slowly)."""
+    with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        def send(pair: tuple[int, str]) -> Outcome:
+            return channel.send(message(pair[1], key=f"k{pair[0]}"), NOW).outcome
+
+        return list(pool.map(send, enumerate(urls)))
+
+
+def test_idle_connections_are_bounded_per_destination_and_in_all(server: Scripted) -> None:
+    server.script = ["slow"]
+    server.slow_seconds = 0.3
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=2.0,
+                             resolver=lambda host, port: ["127.0.0.1"],
+                             max_idle_per_destination=2, max_idle=3)
+    try:
+        outcomes = overlapping_sends(channel, [server.url("a.example.test")] * 4)
+        per_destination = channel.idle_connections
+        outcomes += overlapping_sends(channel, [server.url("b.example.test")] * 4)
+        in_all = channel.idle_connections
+        accepted = server.accepted
+        # The pool made room for b's connections by closing a's, idle longer: both are kept.
+        outcomes += overlapping_sends(channel, [server.url("b.example.test")] * 2)
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 10
+    assert (accepted, server.accepted) == (8, 8)
+    assert (per_destination, in_all) == (2, 3)
+
+
+def test_close_closes_the_kept_connections(server: Scripted, channel: WebhookChannel) -> None:
+    assert channel.send(message(server.url(), key="k1"), NOW).outcome is Outcome.SENT
+    assert channel.idle_connections == 1
+    channel.close()
+    assert channel.idle_connections == 0
+    assert channel.send(message(server.url(), key="k2"), NOW).outcome is Outcome.SENT
+    assert server.accepted == 2
+
+
+def test_no_connection_is_kept_with_a_keep_alive_of_zero(server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], keep_alive_seconds=0)
+    outcomes = [channel.send(message(server.url(), key=f"k{i}"), NOW).outcome for i in range(2)]
+    assert outcomes == [Outcome.SENT] * 2
+    assert (server.accepted, channel.idle_connections) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"keep_alive_seconds": -1}, "keep_alive_seconds must not be negative"),
+        ({"max_idle": -1}, "max_idle_per_destination and max_idle must not be negative"),
+        ({"max_idle_per_destination": -1},
+         "max_idle_per_destination and max_idle must not be negative"),
+    ],
+)
+def test_the_keep_alive_settings_are_validated(kwargs: dict[str, Any], error: str) -> None:
+    with pytest.raises(InvalidInput, match=error):
+        WebhookChannel(**kwargs)
+
+
+def test_connections_idle_too_long_are_closed_while_others_are_kept(server: Scripted) -> None:
+    ticks = [100.0]
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, keep_alive_seconds=4.0,
+                             resolver=lambda host, port: ["127.0.0.1"],
+                             monotonic=lambda: ticks[0])
+    try:
+        sent = [channel.send(message(server.url("a.example.test"), key="k1"), NOW).outcome]
+        ticks[0] += 5.0
+        sent.append(channel.send(message(server.url("b.example.test"), key="k2"), NOW).outcome)
+        idle = channel.idle_connections
+    finally:
+        channel.close()
+    assert sent == [Outcome.SENT] * 2
+    assert idle == 1  # b's; a's, idle too long, was closed rather than left open
