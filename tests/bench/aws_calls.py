@@ -1,12 +1,11 @@
 """What one SendMessageBatch call costs the caller's CPU: the SigV4 client the functions use
 (``reminders.aws_http``) against boto3's, both sending the same ten-entry batches to one local
-HTTP server that answers at once with SQS's success shape (no moto: its own work would be timed
-with the client's, and the server runs in another process). CPU is the calling thread's
-(``time.thread_time``); the server's is not counted."""
+HTTP server that answers at once with SQS's success shape (``publishing.STUB``; no moto: its own
+work would be timed with the client's, and the server runs in another process). CPU is the
+calling thread's (``time.thread_time``); the server's is not counted."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -15,33 +14,12 @@ from typing import Any
 from reminders import aws_http
 from reminders.aws import DEFAULT_LIMITS, boto_config
 from reminders.local.stack import free_port
+from tests.bench.publishing import STUB, wait_until_listening
 
 Figures = dict[str, Any]
 CALLS = 300
 ENTRIES = [{"Id": str(i), "MessageBody": '{"delivery_id":1234567,"lease_token":'
             '"8d1c6a8e-2f37-4c55-9a63-0c8f2d1e7b41"}'} for i in range(10)]
-ANSWER = json.dumps({"Successful": [{"Id": str(i), "MessageId": "m", "MD5OfMessageBody": "x"}
-                                    for i in range(10)], "Failed": []})
-SERVER = f"""
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class Answer(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # the headers and the body leave at once
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = {ANSWER!r}.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Answer).serve_forever()
-"""
 
 
 def per_call(send: Any) -> tuple[float, float]:
@@ -59,10 +37,10 @@ def bench_aws_calls() -> Figures:
     import boto3
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
+    server = subprocess.Popen([sys.executable, "-c", STUB, str(port)])
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        time.sleep(0.5)
+        wait_until_listening(endpoint)
         env = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
         lean = aws_http.client("sqs", DEFAULT_LIMITS, env,
                                lambda: aws_http.Credentials("bench", "bench"))

@@ -104,8 +104,8 @@ def bench_publisher_fan_out(server: str) -> Figures:
     slow_endpoint = f"http://127.0.0.1:{slow_port}"
     conn, url = fresh_db(server, "bench_publishing")
     try:
-        _wait(endpoint)
-        _wait(slow_endpoint)
+        wait_until_listening(endpoint)
+        wait_until_listening(slow_endpoint)
         backlog(conn, due_rows=PER_TICK)
         row = conn.execute("select id from schedules where schedule_key = 'fan-big'").fetchone()
         assert row is not None
@@ -166,7 +166,7 @@ def bench_publisher_fan_out(server: str) -> Figures:
     }
 
 
-def _wait(endpoint: str) -> None:
+def wait_until_listening(endpoint: str) -> None:
     import socket
 
     host, port = endpoint.rsplit(":", 1)
