@@ -47,6 +47,7 @@ from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_py
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
 from tests.bench.counts import bench_counts_trigger
+from tests.bench.narrow_lease import bench_narrow_lease
 from tests.bench.publishing import bench_publisher_fan_out
 from tests.bench.support import (
     NOW,
@@ -754,12 +755,16 @@ def main() -> int:
         make_base(server)
         # 100,000 rows to copy: built only when a figure that uses it runs.
         claim_tpl = (claim_template(server)
-                     if not only or only & {"lease_statement", "scanner_tick"} else "")
-        pgqueuer, pgq_figures = (start_pgqueuer(server) if not only or "scanner_tick" in only
+                     if not only or only & {"lease_statement", "scanner_tick", "narrow_lease"}
+                     else "")
+        pgqueuer, pgq_figures = (start_pgqueuer(server)
+                                 if not only or only & {"scanner_tick", "narrow_lease"}
                                  else (None, {}))
         results["pgqueuer"] = pgq_figures
         figure("lease_statement", lambda: bench_lease_statement(server, claim_tpl))
         figure("scanner_tick", lambda: bench_tick(server, pgqueuer, claim_tpl))
+        figure("narrow_lease", lambda: bench_narrow_lease(
+            server, claim_tpl, pgqueuer, BARE_CLAIM, LEASE_PARAMS, BATCH))
         if pgqueuer is not None:
             pgqueuer.close()
         figure("index_reads", lambda: bench_index_reads(server))
