@@ -67,6 +67,7 @@ from tests.bench.support import (
     RecordingChannel,
     add_schedule,
     fresh_db,
+    keep_alive_requested,
     one_cpu,
     receivers,
     runtime,
@@ -152,7 +153,7 @@ def _reset_peak_rss() -> bool:
 def bench_consumer_batch_size(server: str) -> Figures:
     secret = new_secret()
     per_scheme = WARM_UP + ROUNDS * sum(SIZES)
-    keep_alive = os.environ.get("BENCH_KEEP_ALIVE", "") == "1"
+    keep_alive = keep_alive_requested()
     with tempfile.TemporaryDirectory(prefix="reminders-tls-") as tmp:
         cert, key = self_signed(Path(tmp), HOOK_HOST)
         with receivers(secret, cert, key, keep_alive) as (plain_port, tls_port, finish):

@@ -252,6 +252,11 @@ def _serve(secret: str, cert: str, key: str, ports: Queue[Any], stop: Event,
     secure.stop()
 
 
+def keep_alive_requested() -> bool:
+    """``BENCH_KEEP_ALIVE=1``: receivers that answer in HTTP/1.1 and keep their connections."""
+    return os.environ.get("BENCH_KEEP_ALIVE", "") == "1"
+
+
 @contextlib.contextmanager
 def receivers(secret: str, cert: Path, key: Path, keep_alive: bool = False,
               ) -> Iterator[tuple[int, int, Callable[[], int]]]:
