@@ -634,18 +634,27 @@ def test_retention_removes_old_finished_deliveries_in_bounded_batches(
 def test_a_tick_goes_on_handing_over_while_consumers_make_room(
         harness: Harness, database_url: str) -> None:
     """The budget bounds what is out at once, not what a tick may hand over in all."""
+    from reminders.local import pipeline
+
     h = harness
     _runtime(h, database_url, scan_batch=10, inflight_budget=20)
     keys = schedule_webhook(h, "stream", recipients=[f"p{i}" for i in range(50)])
     publish = h.rt.deliveries.publish
+    # The consumers run on the hand-over thread while the scanner leases its next pass: they
+    # have their own runtime (and connection), as they would in their own Lambda functions.
+    consumers = make_runtime(database_url, _urls(h), h.endpoint, h.clock)
 
     def publish_and_consume(messages: Any, **kw: Any) -> Any:
         rejected = publish(messages, **kw)
-        work(h)  # consumers keep up: every lease this pass handed over is settled at once
+        # consumers keep up: every lease this pass handed over is settled at once
+        assert pipeline.work(consumers)["idle"]
         return rejected
 
     h.rt.deliveries.publish = publish_and_consume  # type: ignore[method-assign]
-    out = tick(h)
+    try:
+        out = tick(h)
+    finally:
+        consumers.close()
     assert out["leased"] == 50 and out["passes"] == 5
     assert {delivery(h, k)["state"] for k in keys} == {"sent"}
 
