@@ -383,9 +383,13 @@ class JsonClient:
         answer = self.service.send(operation, "POST", "/", {
             "Content-Type": self._content_type, "X-Amz-Target": f"{self._prefix}.{operation}"},
             body, _json_error(operation))
-        data = json.loads(answer.body or b"{}")
+        try:
+            data = json.loads(answer.body or b"{}")
+        except ValueError:  # not JSON, or not UTF-8
+            data = None
         if not isinstance(data, dict):
-            raise AwsError(operation, "MalformedAnswer", "not a JSON object", answer.status)
+            raise AwsError(operation, "MalformedAnswer",
+                           f"not a JSON object: {answer.body[:80]!r}", answer.status)
         return data
 
 

@@ -484,6 +484,27 @@ def test_no_handler_imports_boto3_at_cold_start(name: str) -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"\xff\xfe", b"[]"])
+def test_a_success_whose_body_is_not_a_json_object_is_an_aws_error(body: bytes) -> None:
+    """What a proxy in the way may answer with a 200: an AwsError (so every caller's handling
+    of a failed call applies), never a JSON or Unicode error from inside the client."""
+
+    def answer(sock: socket.socket) -> bool:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    server = RawServer([answer])
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    try:
+        with pytest.raises(AwsError) as malformed:
+            aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+        assert (malformed.value.code, malformed.value.status) == ("MalformedAnswer", 200)
+    finally:
+        service.close()
+        server.close()
+
+
 def test_lambdas_error_code_comes_from_its_error_type_header() -> None:
     """Lambda's REST answers put the code in a header; the body's "Type" is only "User"."""
     answer = aws_http.Answer(429, {"x-amzn-errortype": "TooManyRequestsException:"},
