@@ -23,6 +23,7 @@ import http.client
 import json
 import os
 import random
+import select
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -192,10 +193,18 @@ class _Pool:
         self._lock = threading.Lock()
 
     def take(self, *, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
-        """A connection, and whether it was used before (it may have been closed since)."""
-        with self._lock:
-            if self._idle and not fresh:
-                return self._idle.pop(), True
+        """A connection, and whether it was used before (it may have been closed since). A
+        kept one with anything to read while it sat idle (the other end closed it, or said
+        something before it did, such as a 408) is closed, never sent on: what it holds would
+        be read as the next request's answer."""
+        while not fresh:
+            with self._lock:
+                if not self._idle:
+                    break
+                kept = self._idle.pop()
+            if not _readable(kept):
+                return kept, True
+            kept.close()
         timeout = self.limits.connect_timeout
         conn: http.client.HTTPConnection
         if self.https:
@@ -220,6 +229,25 @@ class _Pool:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _readable(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle connection has bytes or an end of stream waiting (urllib3's check
+    before it reuses a connection)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted
+    if pending is not None and pending():
+        return True
+    try:
+        if hasattr(select, "poll"):
+            poll = select.poll()
+            poll.register(sock, select.POLLIN)
+            return bool(poll.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 @dataclass(frozen=True)
@@ -280,34 +308,38 @@ class Service:
         signed["User-Agent"] = USER_AGENT  # not signed, as botocore leaves it out too
         conn, reused = self._pool.take()
         try:
-            answer, closing = self._exchange(conn, method, url, signed, body)
+            response = self._ask(conn, method, url, signed, body)
         except CONNECTION_ERRORS as exc:
             conn.close()
             if not (reused and isinstance(exc, DROPPED)):
                 raise
-            # A kept connection the other end closed while it was idle: once more on a new
-            # one, as urllib3 does, without counting it as an attempt.
+            # A kept connection the other end closed while it was idle, before any answer
+            # began: once more on a new one, without counting it as an attempt.
             conn, _ = self._pool.take(fresh=True)
             try:
-                answer, closing = self._exchange(conn, method, url, signed, body)
+                response = self._ask(conn, method, url, signed, body)
             except CONNECTION_ERRORS:
                 conn.close()
                 raise
-        if closing:
+        try:
+            # An answer cut short here is a failed attempt: the server had the request.
+            data = response.read()
+        except CONNECTION_ERRORS:
+            conn.close()
+            raise
+        answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+        if response.will_close:
             conn.close()
         else:
             self._pool.give_back(conn)
         return answer
 
     @staticmethod
-    def _exchange(conn: http.client.HTTPConnection, method: str, url: str,
-                  headers: dict[str, str], body: bytes) -> tuple[Answer, bool]:
-        """The answer, and whether the server is closing the connection."""
+    def _ask(conn: http.client.HTTPConnection, method: str, url: str,
+             headers: dict[str, str], body: bytes) -> http.client.HTTPResponse:
+        """The request sent, and the answer's status line and headers read."""
         conn.request(method, urlsplit(url).path or "/", body=body, headers=headers)
-        response = conn.getresponse()
-        data = response.read()
-        answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
-        return answer, bool(response.will_close)
+        return conn.getresponse()
 
     def close(self) -> None:
         self._pool.close()
@@ -351,9 +383,13 @@ class JsonClient:
         answer = self.service.send(operation, "POST", "/", {
             "Content-Type": self._content_type, "X-Amz-Target": f"{self._prefix}.{operation}"},
             body, _json_error(operation))
-        data = json.loads(answer.body or b"{}")
+        try:
+            data = json.loads(answer.body or b"{}")
+        except ValueError:  # not JSON, or not UTF-8
+            data = None
         if not isinstance(data, dict):
-            raise AwsError(operation, "MalformedAnswer", "not a JSON object", answer.status)
+            raise AwsError(operation, "MalformedAnswer",
+                           f"not a JSON object: {answer.body[:80]!r}", answer.status)
         return data
 
 

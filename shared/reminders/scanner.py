@@ -143,27 +143,37 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     next pass leases, so a pass costs the longer of the two, not their sum. At most one pass is
     in flight; its outcome is settled before the next one is handed over, and before the tick
     ends. When the queue refuses a pass, the pass leased meanwhile is released unpublished
-    (fenced, as a refused message is) and the tick stops."""
+    (fenced, as a refused message is) and the tick stops. An error or an interrupt on the way
+    releases the same way whatever it leaves unsettled or not yet handed over, then goes on."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hand-over") as hand_over:
         in_flight: _InFlight | None = None
+        # A pass leased and not handed over yet: released if anything ends the tick before it
+        # is (a refused pass before it, an error or an interrupt while that one settles).
+        waiting: tuple[list[LeaseMessage], datetime] | None = None
+        why = "the tick stopped (an error or an interrupt) before it was handed over"
         try:
             for leased, now in _passes(rt, conn, summary, queued, deadline):
-                if in_flight is not None and not _settled(conn, summary, in_flight):
-                    in_flight = None
-                    summary.released += _release(
-                        conn, [LeaseMessage(r["id"], r["lease_token"]) for r in leased], now,
-                        "not handed over: the queue refused the pass before it; due again "
-                        "next tick")
-                    return
                 messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
+                waiting = messages, now
+                if in_flight is not None:
+                    settling, in_flight = in_flight, None
+                    if not _settled(conn, summary, settling):
+                        why = "the queue refused the pass before it"
+                        return  # the queue is refusing: the waiting pass goes back below
                 in_flight = _InFlight(messages, now, hand_over.submit(
                     rt.publisher.publish, messages,
                     concurrency=rt.settings.limits.publish_concurrency))
+                waiting = None
         finally:
-            if in_flight is not None:
-                _settled(conn, summary, in_flight)
+            try:
+                if in_flight is not None:
+                    _settled(conn, summary, in_flight)
+            finally:
+                if waiting is not None:
+                    summary.released += _release(
+                        conn, *waiting, f"not handed over: {why}; due again next tick")
 
 
 @dataclass
@@ -217,10 +227,17 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
 def _settled(conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> bool:
     """Wait for a pass's hand-over; release what the queue refused. False if it refused any
     (the queue is refusing: the tick stops)."""
+    interrupted: BaseException | None = None
     try:
         rejected: list[Rejected] = pass_.rejected.result()
     except Exception as exc:  # noqa: BLE001 (a publisher that raised refused the whole pass)
         rejected = [Rejected(m, f"publish failed: {exc}") for m in pass_.messages]
+    except BaseException as exc:  # noqa: BLE001 (raised again below, once the pass is back)
+        # An interrupt, raised by the publisher or while waiting for it: the whole pass goes
+        # back (fenced, so a message that did reach the queue finds its lease gone), and the
+        # interrupt goes on once it has.
+        interrupted = exc
+        rejected = [Rejected(m, f"publish interrupted: {exc!r}") for m in pass_.messages]
     summary.published += len(pass_.messages) - len(rejected)
     if not rejected:
         return True
@@ -230,6 +247,8 @@ def _settled(conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> boo
     summary.released += released
     logger.warning("publish rejected", extra={
         "rejected": len(rejected), "released": released, "first_reason": rejected[0].reason})
+    if interrupted is not None:
+        raise interrupted
     return False
 
 

@@ -4,13 +4,16 @@ kept connections against a real HTTP server that fails on command, and no boto3 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -276,6 +279,7 @@ def test_a_kept_connection_the_server_closed_is_replaced_without_spending_an_att
     scripted.script = [OK, (200, {"Successful": [], "Failed": []}, True), OK]
     sqs = scripted_sqs(scripted, Limits(attempts=1), [])
     for _ in range(3):  # the third call finds the kept connection closed, and reconnects
+        time.sleep(0.05)  # (seen before it is used, once the close has arrived)
         sqs.send_message_batch(QueueUrl="q", Entries=[])
     assert len(scripted.requests) == 3
     assert all(a.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") for a in scripted.requests)
@@ -290,6 +294,144 @@ def test_a_slow_answer_on_a_kept_connection_counts_as_an_attempt(scripted: Any) 
         sqs.send_message_batch(QueueUrl="q", Entries=[])
     assert (slow.value.status, slow.value.code) == (0, "TimeoutError")
     assert len(scripted.requests) == 2
+
+
+class RawServer:
+    """A server written against the socket, for what http.server will not do: answer the
+    n-th request with ``script[n]`` (the last repeats), a function that writes whatever it
+    likes to the socket and says whether the connection stays open."""
+
+    def __init__(self, script: list[Callable[[socket.socket], bool]]) -> None:
+        self.script = script
+        self.requests = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        with sock:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(data) < length:
+                    data += sock.recv(65536)
+                data = data[length:]
+                answer = self.script[min(self.requests, len(self.script) - 1)]
+                self.requests += 1
+                if not answer(sock):
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def ok(sock: socket.socket) -> bool:
+    body = json.dumps({"Successful": [], "Failed": []}).encode()
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    return True
+
+
+def reset(sock: socket.socket) -> None:
+    """Close with a reset (RST), not an orderly FIN."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_what_a_kept_connection_received_while_idle_is_never_read_as_an_answer() -> None:
+    """A server may say something on a kept connection before it closes it (a 408 Request
+    Timeout): the next call must not read that as its own answer."""
+    said = threading.Event()
+
+    def ok_then_408_while_idle(sock: socket.socket) -> bool:
+        ok(sock)
+        time.sleep(0.05)  # the client has its answer and has pooled the connection
+        sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                     b"Content-Length: 0\r\n\r\n")
+        said.set()
+        # The close reaches the client a network's delay later: here, once it has sent its
+        # next request on this connection (over loopback the reset would come first).
+        sock.settimeout(1)
+        # (or the client closes it unread: a reset)
+        with contextlib.suppress(OSError):
+            sock.recv(65536)
+        return False
+
+    server = RawServer([ok_then_408_while_idle, ok])
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    try:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        assert said.wait(5)
+        time.sleep(0.05)  # and the 408 is in the client's socket
+        assert sqs.send_message_batch(QueueUrl="q", Entries=[]) == {"Successful": [],
+                                                                    "Failed": []}
+        assert server.requests == 2
+    finally:
+        service.close()
+        server.close()
+
+
+def test_a_kept_connection_closed_as_it_is_used_is_replaced_without_spending_an_attempt(
+        ) -> None:
+    """The close that crosses the request (nothing was waiting when the connection was taken,
+    and no answer began): sent again on a new connection, as a connection found closed is."""
+
+    def closed_unanswered(sock: socket.socket) -> bool:
+        return False
+
+    server = RawServer([ok, closed_unanswered, ok])
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    try:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        assert sqs.send_message_batch(QueueUrl="q", Entries=[]) == {"Successful": [],
+                                                                    "Failed": []}
+        assert server.requests == 3
+    finally:
+        service.close()
+        server.close()
+
+
+def test_an_answer_cut_short_counts_as_an_attempt_even_on_a_kept_connection() -> None:
+    """The server had the request (it began to answer) when the connection was reset: that
+    is a failed attempt, never a free resend, as it would be for a connection dropped idle."""
+
+    def headers_then_reset(sock: socket.socket) -> bool:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"Succ")
+        time.sleep(0.2)  # the client has the headers and waits for the rest of the body
+        reset(sock)
+        return False
+
+    server = RawServer([ok, headers_then_reset, ok])
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    try:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        with pytest.raises(AwsError) as cut:
+            sqs.send_message_batch(QueueUrl="q", Entries=[])
+        assert (cut.value.status, cut.value.code) == (0, "ConnectionResetError")
+        assert server.requests == 2
+    finally:
+        service.close()
+        server.close()
 
 
 def test_requests_are_signed_at_the_machines_clock_not_a_fixed_one(scripted: Any) -> None:
@@ -340,6 +482,27 @@ def test_no_handler_imports_boto3_at_cold_start(name: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"\xff\xfe", b"[]"])
+def test_a_success_whose_body_is_not_a_json_object_is_an_aws_error(body: bytes) -> None:
+    """What a proxy in the way may answer with a 200: an AwsError (so every caller's handling
+    of a failed call applies), never a JSON or Unicode error from inside the client."""
+
+    def answer(sock: socket.socket) -> bool:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    server = RawServer([answer])
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    try:
+        with pytest.raises(AwsError) as malformed:
+            aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
+        assert (malformed.value.code, malformed.value.status) == ("MalformedAnswer", 200)
+    finally:
+        service.close()
+        server.close()
 
 
 def test_lambdas_error_code_comes_from_its_error_type_header() -> None:

@@ -304,7 +304,7 @@ def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
         harness: Harness, database_url: str) -> None:
     """Item 14: bounded lock waits; the blocked message fails alone and comes back."""
     h = harness
-    _runtime(h, database_url, lock_timeout_ms=500)
+    _runtime(h, database_url, db_lock_timeout_ms=500)
     (blocked,) = schedule_webhook(h, "held")
     (free,) = schedule_webhook(h, "free", recipients=["bob"])
     tick(h)
@@ -511,6 +511,63 @@ def test_a_publisher_that_raises_refuses_its_whole_pass(harness: Harness,
     assert {delivery(h, k)["state"] for k in keys} == {"scheduled"}
 
 
+def test_a_publisher_raising_a_base_exception_leaves_no_lease_unreleased(
+        harness: Harness, database_url: str) -> None:
+    """A BaseException (an interrupt) out of a pass's hand-over, caught when it is settled
+    after the next pass leased: both passes go back, fenced, before it propagates."""
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
+    keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(30)])
+
+    def interrupted(messages: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    h.rt.deliveries.publish = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        tick(h)
+    rows = [delivery(h, k) for k in keys]
+    assert {r["state"] for r in rows} == {"scheduled"}
+    assert sum(r["reason"] is not None for r in rows) == 20  # pass 0 and pass 1, released
+
+
+def test_a_refused_pass_that_cannot_be_released_still_releases_the_pass_leased_meanwhile(
+        harness: Harness, database_url: str) -> None:
+    """An application's open transaction holds a row of the refused pass, so handing that
+    pass back fails (the lock wait is bounded); the pass leased meanwhile goes back all the
+    same, and the held pass's leases expire and are reclaimed."""
+    from reminders.queue import Rejected
+
+    h = harness
+    _runtime(h, database_url, scan_batch=10, inflight_budget=1000,
+             db_lock_timeout_ms=300)
+    keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(20)])
+    app = psycopg.connect(database_url, autocommit=False)
+    publish = h.rt.deliveries.publish
+    held: list[int] = []
+
+    def refusing_while_a_row_is_held(messages: Any, **kw: Any) -> Any:
+        if held:  # the first tick is over: the queue takes them again
+            return publish(messages, **kw)
+        held.append(messages[0].delivery_id)
+        app.execute("select 1 from reminders.deliveries where id = %s for update", (held[0],))
+        return [Rejected(m, "ThrottlingException: slow down") for m in messages]
+
+    h.rt.deliveries.publish = refusing_while_a_row_is_held  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Conflict):
+            tick(h)
+    finally:
+        app.rollback()
+        app.close()
+    rows = [delivery(h, k) for k in keys]
+    assert sum(r["state"] == "leased" for r in rows) == 10  # pass 0: its release failed
+    assert sum(r["state"] == "scheduled" and (r["reason"] or "").startswith(
+        "not handed over") for r in rows) == 10
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    out = tick(h)
+    assert (out["reclaimed"], out["leased"], out["published"]) == ({"scheduled": 10}, 20, 20)
+
+
 def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(
         harness: Harness) -> None:
     h = harness
@@ -577,18 +634,27 @@ def test_retention_removes_old_finished_deliveries_in_bounded_batches(
 def test_a_tick_goes_on_handing_over_while_consumers_make_room(
         harness: Harness, database_url: str) -> None:
     """The budget bounds what is out at once, not what a tick may hand over in all."""
+    from reminders.local import pipeline
+
     h = harness
     _runtime(h, database_url, scan_batch=10, inflight_budget=20)
     keys = schedule_webhook(h, "stream", recipients=[f"p{i}" for i in range(50)])
     publish = h.rt.deliveries.publish
+    # The consumers run on the hand-over thread while the scanner leases its next pass: they
+    # have their own runtime (and connection), as they would in their own Lambda functions.
+    consumers = make_runtime(database_url, _urls(h), h.endpoint, h.clock)
 
     def publish_and_consume(messages: Any, **kw: Any) -> Any:
         rejected = publish(messages, **kw)
-        work(h)  # consumers keep up: every lease this pass handed over is settled at once
+        # consumers keep up: every lease this pass handed over is settled at once
+        assert pipeline.work(consumers)["idle"]
         return rejected
 
     h.rt.deliveries.publish = publish_and_consume  # type: ignore[method-assign]
-    out = tick(h)
+    try:
+        out = tick(h)
+    finally:
+        consumers.close()
     assert out["leased"] == 50 and out["passes"] == 5
     assert {delivery(h, k)["state"] for k in keys} == {"sent"}
 
