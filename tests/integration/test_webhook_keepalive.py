@@ -66,6 +66,8 @@ class Scripted(ThreadingHTTPServer):
     ``late_both``   200 saying both ``Content-Length: 5`` and ``Transfer-Encoding: gzip,
                     chunked``; 5 bytes of the chunked body, the rest once the next request
                     has arrived
+    ``interim``     102 Processing and 103 Early Hints, then 200; the connection kept
+    ``interims``    eleven 103 Early Hints, then 200
     ``late_lengths`` 200 saying ``Content-Length: 2`` and ``Content-Length: 5``; 2 bytes, the
                     other 3 once the next request has arrived
     """
@@ -207,6 +209,11 @@ RAW_ANSWERS: dict[str, tuple[bytes, bytes]] = {
     "minus_one": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n", b""),
     "minus_two": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nxx\r\n0\r\n\r\n",
                   b""),
+    "interim": (b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+                b"Link: </style.css>; rel=preload\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", b""),
+    "interims": (b"HTTP/1.1 103 Early Hints\r\n\r\n" * 11
+                 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", b""),
     "late_204": (b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n", b"{}"),
     "late_both": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
                   b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhe", b"llo\r\n0\r\n\r\n"),
@@ -453,6 +460,25 @@ def test_a_negative_chunk_size_ends_the_read_and_the_status_stands(
     assert idle == 0
     assert after.outcome is Outcome.SENT
     assert server.requests == [(1, "k1"), (2, "k2")]
+
+
+def test_informational_answers_are_skipped_to_the_final_one(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["interim"]
+    results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    assert [(r.outcome, r.status_code, r.detail) for r in results] == [
+        (Outcome.SENT, 200, "HTTP 200 OK")] * 2
+    assert server.requests == [(1, "k0"), (1, "k1")]
+
+
+def test_informational_answers_are_skipped_only_up_to_a_limit(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["interims", "ok"]
+    results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    assert [(r.outcome, r.status_code) for r in results] == [
+        (Outcome.UNKNOWN, 103), (Outcome.SENT, 200)]
+    assert results[0].detail == "HTTP 103 Early Hints: unexpected status"
+    assert server.requests == [(1, "k0"), (2, "k1")]
 
 
 @pytest.mark.parametrize("step", ["late_204", "late_both", "late_lengths"])

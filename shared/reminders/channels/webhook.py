@@ -71,6 +71,9 @@ USER_AGENT = f"reminders/{__version__}"
 MAX_RESPONSE_BYTES = 64 * 1024
 IO_CHUNK = 16 * 1024  # at most this much per socket read or write; the deadline is checked between
 RESPONSE_SNIPPET_CHARS = 512
+# Informational answers (102 Processing, 103 Early Hints) skipped before the final one; after
+# this many, the next is taken as the answer (and is unknown, as any undefined status).
+MAX_INTERIM_ANSWERS = 10
 # A Retry-After further ahead than this is read as this far: beyond any maximum retry delay (so
 # the retry policy still sees the receiver asked for a long wait, and caps it), and near enough
 # that no date arithmetic can overflow, whatever digits or year a receiver sends.
@@ -232,7 +235,8 @@ class _DeadlineSocket:
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         if mode != "rb":
             raise ValueError(f"only 'rb' is supported, not {mode!r}")
-        self.reader = _ResponseReader(_DeadlineReader(self), IO_CHUNK)
+        if self.reader is None:  # one reader for every answer: a final one after interim ones
+            self.reader = _ResponseReader(_DeadlineReader(self), IO_CHUNK)
         return self.reader
 
     def close(self) -> None:
@@ -686,7 +690,7 @@ class WebhookChannel:
                 Outcome.TRANSIENT, _one_line(f"connection failed while sending: {exc}")
             ))
         try:
-            response = conn.getresponse()
+            response = self._final_response(conn.getresponse(), wrapped)
         except _DeadlineHit:
             return _Try(SendResult(
                 Outcome.UNKNOWN,
@@ -725,6 +729,20 @@ class WebhookChannel:
         clean = (not (cut_off or failed) and len(snippet) <= self._max_response_bytes
                  and _reusable(response))
         return _Try(result, written=True, clean=clean)
+
+    @staticmethod
+    def _final_response(response: http.client.HTTPResponse,
+                        wrapped: _DeadlineSocket) -> http.client.HTTPResponse:
+        """The answer after any informational ones, which http.client does not skip (only 100
+        Continue); they come on the same connection, in the same reader."""
+        for _ in range(MAX_INTERIM_ANSWERS):  # ends: a bounded number of interim answers
+            if not 102 <= response.status < 200:
+                break
+            # Detached, so closing it (the connection does) leaves the shared reader open.
+            cast(Any, response).fp = None
+            response = http.client.HTTPResponse(cast(socket.socket, wrapped), method="POST")
+            response.begin()
+        return response
 
     def _classify(
         self, response: http.client.HTTPResponse, snippet: bytes, now: datetime
