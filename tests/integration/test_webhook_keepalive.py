@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -55,6 +57,19 @@ class Scripted(ThreadingHTTPServer):
     ``trailing``    200, then bytes nobody asked for on the same connection
     ``http10``      an HTTP/1.0 answer, then close
     ``slow``        wait ``slow_seconds`` (the request already recorded), then 200
+    ``chunked``     200 with a chunked body of ``BIG_BODY`` bytes, the connection kept
+    ``minus_one``   200 chunked, a chunk size of -1, then megabytes until the client stops
+                    reading (or 5 s)
+    ``minus_two``   200 chunked, a chunk size of -2, then a short body
+    ``late_204``    204 saying ``Content-Length: 2``; the 2 bytes follow once the next request
+                    on the connection has arrived
+    ``late_both``   200 saying both ``Content-Length: 5`` and ``Transfer-Encoding: gzip,
+                    chunked``; 5 bytes of the chunked body, the rest once the next request
+                    has arrived
+    ``interim``     102 Processing and 103 Early Hints, then 200; the connection kept
+    ``interims``    eleven 103 Early Hints, then 200
+    ``late_lengths`` 200 saying ``Content-Length: 2`` and ``Content-Length: 5``; 2 bytes, the
+                    other 3 once the next request has arrived
     """
 
     daemon_threads = True
@@ -152,6 +167,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
             return
         if step == "slow" and server.stop.wait(server.slow_seconds):
             return
+        if step in RAW_ANSWERS:
+            self.raw_answer(step)
+            return
         body = b"x" * BIG_BODY if step == "big" else b'{"ok":true}'
         if step == "http10":
             self.protocol_version = "HTTP/1.0"
@@ -162,6 +180,46 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = step == "http10"
         self.wfile.write(body + (b"HTTP/1.1 200 OK\r\n" if step == "trailing" else b""))
+
+
+    def raw_answer(self, step: str) -> None:
+        head, late = RAW_ANSWERS[step]
+        self.wfile.write(head)
+        self.wfile.flush()
+        if step == "minus_one":
+            # Until the client stops reading, or for longer than any send deadline in these tests.
+            until, blob = time.monotonic() + 5.0, b"x" * (1024 * 1024)
+            with contextlib.suppress(OSError):
+                while time.monotonic() < until and not self.server.stop.is_set():
+                    self.wfile.write(blob)
+            self.close_connection = True
+        elif late:
+            # The rest of this answer arrives after the next request on the connection has:
+            # a client that kept the connection reads it as the start of the next answer.
+            readable, _, _ = select.select([self.connection], [], [], 2.0)
+            if readable:
+                with contextlib.suppress(OSError):
+                    self.wfile.write(late)
+
+
+# For the raw steps: what is written at once, and what follows the next request.
+RAW_ANSWERS: dict[str, tuple[bytes, bytes]] = {
+    "chunked": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + f"{BIG_BODY:x}\r\n".encode() + b"x" * BIG_BODY + b"\r\n0\r\n\r\n", b""),
+    "minus_one": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n", b""),
+    "minus_two": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nxx\r\n0\r\n\r\n",
+                  b""),
+    "interim": (b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\n"
+                b"Link: </style.css>; rel=preload\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", b""),
+    "interims": (b"HTTP/1.1 103 Early Hints\r\n\r\n" * 11
+                 + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", b""),
+    "late_204": (b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n", b"{}"),
+    "late_both": (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n"
+                  b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhe", b"llo\r\n0\r\n\r\n"),
+    "late_lengths": (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\nhe",
+                     b"llo"),
+}
 
 
 @pytest.fixture
@@ -369,6 +427,72 @@ def test_a_body_that_fits_the_cap_is_read_and_the_connection_kept(server: Script
         channel.close()
     assert [r.outcome for r in results] == [Outcome.SENT] * 2
     assert server.accepted == 1
+
+
+def test_a_chunked_body_exactly_at_the_cap_is_read_to_its_end_and_the_connection_kept(
+        server: Scripted) -> None:
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0,
+                             max_response_bytes=BIG_BODY)
+    server.script = ["chunked"]
+    try:
+        results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    finally:
+        channel.close()
+    assert [r.outcome for r in results] == [Outcome.SENT] * 2
+    assert server.requests == [(1, "k0"), (1, "k1")]
+
+
+@pytest.mark.parametrize("step", ["minus_one", "minus_two"])
+def test_a_negative_chunk_size_ends_the_read_and_the_status_stands(
+        server: Scripted, step: str) -> None:
+    # -1 would have http.client read to the end of the stream, past any cap, until the deadline;
+    # -2 would make it raise a ValueError out of the send.
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, send_timeout=2.0,
+                             max_response_bytes=BIG_BODY)
+    server.script = [step, "ok"]
+    try:
+        broken = channel.send(message(server.url(), key="k1"), NOW)
+        idle = channel.idle_connections
+        after = channel.send(message(server.url(), key="k2"), NOW)
+    finally:
+        channel.close()
+    assert (broken.outcome, broken.status_code, broken.detail) == (Outcome.SENT, 200, "HTTP 200 OK")
+    assert idle == 0
+    assert after.outcome is Outcome.SENT
+    assert server.requests == [(1, "k1"), (2, "k2")]
+
+
+def test_informational_answers_are_skipped_to_the_final_one(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["interim"]
+    results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    assert [(r.outcome, r.status_code, r.detail) for r in results] == [
+        (Outcome.SENT, 200, "HTTP 200 OK")] * 2
+    assert server.requests == [(1, "k0"), (1, "k1")]
+
+
+def test_informational_answers_are_skipped_only_up_to_a_limit(
+        server: Scripted, channel: WebhookChannel) -> None:
+    server.script = ["interims", "ok"]
+    results = [channel.send(message(server.url(), key=f"k{i}"), NOW) for i in range(2)]
+    assert [(r.outcome, r.status_code) for r in results] == [
+        (Outcome.UNKNOWN, 103), (Outcome.SENT, 200)]
+    assert results[0].detail == "HTTP 103 Early Hints: unexpected status"
+    assert server.requests == [(1, "k0"), (2, "k1")]
+
+
+@pytest.mark.parametrize("step", ["late_204", "late_both", "late_lengths"])
+def test_an_answer_with_ambiguous_framing_leaves_nothing_kept(
+        server: Scripted, channel: WebhookChannel, step: str) -> None:
+    # A 204 may not announce a body; an answer may not carry both Content-Length and
+    # Transfer-Encoding, nor two lengths: where it ends is not known, so what follows may be
+    # part of it.
+    server.script = [step, "ok"]
+    first = channel.send(message(server.url(), key="k1"), NOW)
+    second = channel.send(message(server.url(), key="k2"), NOW)
+    assert first.outcome is Outcome.SENT
+    assert (second.outcome, second.status_code) == (Outcome.SENT, 200)
+    assert server.requests == [(1, "k1"), (2, "k2")]
 
 
 def test_a_read_timeout_on_a_kept_connection_is_unknown_and_not_retried(

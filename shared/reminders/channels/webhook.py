@@ -14,9 +14,10 @@ kept connection is reused only for the same scheme, URL host and port, and only 
 it is connected to is among the addresses this send vetted (a changed DNS answer means a new
 connection to the new address). A connection is kept only after a response read to its end
 (body within ``max_response_bytes``) on HTTP/1.1 with nothing said about closing, nothing left
-unread and no error; it is not reused after ``keep_alive_seconds`` idle, nor if it became
-readable while idle (the receiver closed it or sent something unasked). The deadline bounds a
-send on a kept connection exactly as on a new one.
+unread, no doubt about where the answer ends (no Content-Length beside Transfer-Encoding, no two
+lengths, no body announced on a 204) and no error; it is not reused after ``keep_alive_seconds``
+idle, nor if it became readable while idle (the receiver closed it or sent something unasked).
+The deadline bounds a send on a kept connection exactly as on a new one.
 
 A receiver may close an idle connection just as a request goes out on it. When writing the
 request on a kept connection fails, or the connection is closed or reset before any byte of an
@@ -70,6 +71,9 @@ USER_AGENT = f"reminders/{__version__}"
 MAX_RESPONSE_BYTES = 64 * 1024
 IO_CHUNK = 16 * 1024  # at most this much per socket read or write; the deadline is checked between
 RESPONSE_SNIPPET_CHARS = 512
+# Informational answers (102 Processing, 103 Early Hints) skipped before the final one; after
+# this many, the next is taken as the answer (and is unknown, as any undefined status).
+MAX_INTERIM_ANSWERS = 10
 # A Retry-After further ahead than this is read as this far: beyond any maximum retry delay (so
 # the retry policy still sees the receiver asked for a long wait, and caps it), and near enough
 # that no date arithmetic can overflow, whatever digits or year a receiver sends.
@@ -231,7 +235,8 @@ class _DeadlineSocket:
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         if mode != "rb":
             raise ValueError(f"only 'rb' is supported, not {mode!r}")
-        self.reader = _ResponseReader(_DeadlineReader(self), IO_CHUNK)
+        if self.reader is None:  # one reader for every answer: a final one after interim ones
+            self.reader = _ResponseReader(_DeadlineReader(self), IO_CHUNK)
         return self.reader
 
     def close(self) -> None:
@@ -253,12 +258,24 @@ class _DeadlineReader(io.RawIOBase):
         return self._sock.recv_into(buffer)
 
 
+class _UnboundedRead(http.client.HTTPException):
+    """The answer's framing asked for a read without a limit (a negative chunk size)."""
+
+
 class _ResponseReader(io.BufferedReader):
     """The buffered reader http.client reads an answer with. When http.client closes it (at the
     end of the answer) it counts the bytes it had read from the socket beyond the answer: a
-    connection with any is not reused."""
+    connection with any is not reused.
+
+    It refuses a read of no stated size: http.client asks for one only when a chunk size is
+    negative, and would then read to the end of the stream, past ``max_response_bytes``."""
 
     leftover = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if size is None or size < 0:
+            raise _UnboundedRead("the response framing asked for a read without a limit")
+        return super().read(size)
 
     def close(self) -> None:
         if not self.closed:
@@ -418,9 +435,23 @@ def _reusable(response: http.client.HTTPResponse) -> bool:
     if "close" in tokens:
         return False
     if not response.isclosed():
-        return False  # body left unread (more than max_response_bytes)
+        return False  # body left unread (longer than max_response_bytes)
+    if not _framed(response):
+        return False
     # http.client also marks the body done at an early end of stream with bytes still owed.
     return bool(response.chunked) or response.length == 0
+
+
+def _framed(response: http.client.HTTPResponse) -> bool:
+    """Whether where the answer ends is beyond doubt. Not when it carries both Content-Length
+    and Transfer-Encoding, or two different lengths, or is a 204 announcing a body: http.client
+    picks one reading, and bytes the receiver meant as part of this answer would be read as the
+    start of the next one."""
+    encoding = response.getheader("Transfer-Encoding")
+    lengths = {value.strip() for value in response.msg.get_all("Content-Length") or ()}
+    if (encoding is not None and lengths) or len(lengths) > 1:
+        return False
+    return response.status != 204 or (encoding is None and lengths <= {"0"})
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -659,7 +690,7 @@ class WebhookChannel:
                 Outcome.TRANSIENT, _one_line(f"connection failed while sending: {exc}")
             ))
         try:
-            response = conn.getresponse()
+            response = self._final_response(conn.getresponse(), wrapped)
         except _DeadlineHit:
             return _Try(SendResult(
                 Outcome.UNKNOWN,
@@ -683,7 +714,9 @@ class WebhookChannel:
             ), written=True)
         cut_off = failed = False
         try:
-            snippet = response.read(self._max_response_bytes)
+            # One byte more than the cap: a chunked answer exactly at the cap is read to its end
+            # (its last, empty chunk), and a longer one is known to be longer.
+            snippet = response.read(self._max_response_bytes + 1)
         except _DeadlineHit:
             snippet, cut_off = b"", True
         except (OSError, http.client.HTTPException):
@@ -693,8 +726,23 @@ class WebhookChannel:
             result = dataclasses.replace(result, detail=(
                 f"{result.detail}; response body cut off at the {self.send_timeout}s "
                 "send deadline"))
-        clean = not (cut_off or failed) and _reusable(response)
+        clean = (not (cut_off or failed) and len(snippet) <= self._max_response_bytes
+                 and _reusable(response))
         return _Try(result, written=True, clean=clean)
+
+    @staticmethod
+    def _final_response(response: http.client.HTTPResponse,
+                        wrapped: _DeadlineSocket) -> http.client.HTTPResponse:
+        """The answer after any informational ones, which http.client does not skip (only 100
+        Continue); they come on the same connection, in the same reader."""
+        for _ in range(MAX_INTERIM_ANSWERS):  # ends: a bounded number of interim answers
+            if not 102 <= response.status < 200:
+                break
+            # Detached, so closing it (the connection does) leaves the shared reader open.
+            cast(Any, response).fp = None
+            response = http.client.HTTPResponse(cast(socket.socket, wrapped), method="POST")
+            response.begin()
+        return response
 
     def _classify(
         self, response: http.client.HTTPResponse, snippet: bytes, now: datetime
