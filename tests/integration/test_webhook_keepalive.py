@@ -81,6 +81,7 @@ class Scripted(ThreadingHTTPServer):
         self.stop = threading.Event()
         self.script = ["ok"]
         self.slow_seconds = 3.0
+        self.keep_alive: str | None = None  # a Keep-Alive header sent with every plain answer
         self.accepted = 0
         self.seen = 0
         self.requests: list[tuple[int, str]] = []  # (connection number, webhook-id)
@@ -177,6 +178,8 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if step == "say_close":
             self.send_header("Connection", "close")
+        if server.keep_alive is not None:
+            self.send_header("Keep-Alive", server.keep_alive)
         self.end_headers()
         self.close_connection = step == "http10"
         self.wfile.write(body + (b"HTTP/1.1 200 OK\r\n" if step == "trailing" else b""))
@@ -646,3 +649,90 @@ def test_connections_idle_too_long_are_closed_while_others_are_kept(server: Scri
         channel.close()
     assert sent == [Outcome.SENT] * 2
     assert idle == 1  # b's; a's, idle too long, was closed rather than left open
+
+
+# --- the receiver's Keep-Alive header ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "kept_for"),
+    [
+        (None, 4.0),
+        ("timeout=2", 1.0),  # gunicorn's default: kept 1 s less than the receiver keeps it
+        ("timeout=5, max=100", 4.0),  # the channel's own limit is the shorter
+        ("timeout=3", 2.0),
+        ("  TimeOut = 3 ,MAX=50  ", 2.0),
+        ('timeout="3"', 2.0),
+        ("max=2", 4.0),
+        ("timeout=abc", 4.0),  # malformed: the channel's own limit
+        ("timeout=-3", 4.0),
+        ("timeout=2.5", 4.0),
+        ("timeout=" + "9" * 5000, 4.0),
+        ("timeout", 4.0),
+        (",,=,timeout==2", 4.0),
+        ("timeout=\u00b3", 4.0),  # a digit to str.isdigit, not to int()
+        ("timeout=3, timeout=9", 2.0),  # two values: the shorter
+    ],
+)
+def test_a_connection_is_kept_no_longer_than_the_receiver_says(
+        server: Scripted, header: str | None, kept_for: float) -> None:
+    ticks = [100.0]
+    server.keep_alive = header
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, keep_alive_seconds=4.0,
+                             monotonic=lambda: ticks[0])
+    try:
+        outcomes = [channel.send(message(server.url(), key="k1"), NOW).outcome]
+        ticks[0] += kept_for - 0.05
+        outcomes.append(channel.send(message(server.url(), key="k2"), NOW).outcome)
+        ticks[0] += kept_for + 0.05
+        outcomes.append(channel.send(message(server.url(), key="k3"), NOW).outcome)
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 3
+    # Reused just within the limit, not just after it.
+    assert [number for number, _ in server.requests] == [1, 1, 2]
+
+
+@pytest.mark.parametrize("header", ["timeout=1", "timeout=0", "timeout=1, max=9", "max=1",
+                                    "timeout=30, MAX = 0", "max=1, max=50"])
+def test_a_connection_the_receiver_will_close_at_once_is_not_kept(
+        server: Scripted, header: str) -> None:
+    server.keep_alive = header
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=1.0, keep_alive_seconds=4.0,
+                             monotonic=lambda: 100.0)
+    try:
+        outcomes = [channel.send(message(server.url(), key=f"k{i}"), NOW).outcome
+                    for i in range(2)]
+        idle = channel.idle_connections
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 2
+    assert idle == 0
+    assert [number for number, _ in server.requests] == [1, 2]
+
+
+def test_a_shorter_keep_alive_does_not_expire_longer_ones_kept_before_it(
+        server: Scripted) -> None:
+    # Two connections to one destination: the older may stay 4 s, the newer only 1 s. After
+    # 2 s the newer is gone and the older is still used.
+    ticks = [100.0]
+    server.script = ["slow"]
+    server.slow_seconds = 0.3
+    channel = WebhookChannel(allow=["127.0.0.1/32"], read_timeout=2.0, keep_alive_seconds=4.0,
+                             monotonic=lambda: ticks[0])
+    try:
+        server.keep_alive = None
+        outcomes = overlapping_sends(channel, [server.url()] * 2)
+        assert channel.idle_connections == 2
+        # Take the newest (reuse order) and give it back under a shorter limit.
+        server.keep_alive = "timeout=2"
+        outcomes.append(channel.send(message(server.url(), key="k9"), NOW).outcome)
+        reused = server.requests[-1][0]
+        ticks[0] += 2.0
+        outcomes.append(channel.send(message(server.url(), key="k10"), NOW).outcome)
+        last = server.requests[-1][0]
+    finally:
+        channel.close()
+    assert outcomes == [Outcome.SENT] * 4
+    assert server.accepted == 2
+    assert last != reused  # the 1-s one expired; the other, kept for 4 s, carried the request

@@ -17,6 +17,10 @@ connection to the new address). A connection is kept only after a response read 
 unread, no doubt about where the answer ends (no Content-Length beside Transfer-Encoding, no two
 lengths, no body announced on a 204) and no error; it is not reused after ``keep_alive_seconds``
 idle, nor if it became readable while idle (the receiver closed it or sent something unasked).
+A receiver's ``Keep-Alive: timeout=N`` shortens that to ``N - 1`` seconds (a margin against
+racing its close), and a connection is not kept at all when that is not positive or the header
+says ``max=1`` or ``max=0`` (the receiver closes after this answer); an absent or malformed
+value leaves the channel's own limit.
 The deadline bounds a send on a kept connection exactly as on a new one.
 
 A receiver may close an idle connection just as a request goes out on it. When writing the
@@ -82,6 +86,9 @@ MAX_RETRY_AFTER = timedelta(days=365)
 # How long a kept connection may stay idle before it is reused: below the 5 s after which common
 # HTTP servers (Node.js's default) close idle connections, so a reuse rarely races their close.
 KEEP_ALIVE_SECONDS = 4.0
+# A receiver's ``Keep-Alive: timeout=N`` is believed less this much: a reuse just before its
+# limit would race its close (gunicorn's default of 2 s leaves 1 s).
+KEEP_ALIVE_MARGIN = 1.0
 # Idle connections kept, per destination and in all; when full, the one idle longest is closed to
 # make room. A Lambda function may hold 1,024 open descriptors: 400 kept ones leave room for
 # REMINDERS_SEND_CONCURRENCY's at most 500 sends in flight on new connections, and the database
@@ -314,7 +321,8 @@ class _KeptConnections:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         # Oldest first: a connection is given back after every one already there.
-        self._idle: dict[_Destination, list[tuple[socket.socket, float]]] = {}
+        # Each with the monotonic time it was kept at and for how long it may be kept.
+        self._idle: dict[_Destination, list[tuple[socket.socket, float, float]]] = {}
         self._count = 0
         self._swept = monotonic()
 
@@ -335,13 +343,11 @@ class _KeptConnections:
                         entries = self._idle.get(key)
                         if not entries:
                             break
-                        sock, since = entries.pop()
+                        sock, since, keep_for = entries.pop()
                         self._count -= 1
-                        too_old = self._monotonic() - since > self._keep_seconds
-                        if too_old:  # the newest is, so every older one is too
-                            stale.extend(old for old, _ in entries)
-                            self._count -= len(entries)
-                            entries.clear()
+                        # Each is kept for its own time (the receiver's Keep-Alive may shorten
+                        # it): an older one may still be fresh when a newer one is not.
+                        too_old = self._monotonic() - since > keep_for
                         if not entries:
                             del self._idle[key]
                     if too_old or not _quiet(sock):
@@ -353,11 +359,13 @@ class _KeptConnections:
             for sock in stale:
                 sock.close()
 
-    def give_back(self, key: _Destination, sock: socket.socket) -> bool:
-        """Keep ``sock`` for a later send to ``key``, closing the connection idle longest (of
-        this destination, or of all when the pool is full) to make room; False (the caller
-        closes it) when it is not quiet or nothing may be kept."""
-        if (self._keep_seconds <= 0 or self._per_destination <= 0 or self._total <= 0
+    def give_back(self, key: _Destination, sock: socket.socket, keep_for: float) -> bool:
+        """Keep ``sock`` for a later send to ``key`` for at most ``keep_for`` seconds idle
+        (capped at the pool's own limit), closing the connection idle longest (of this
+        destination, or of all when the pool is full) to make room; False (the caller closes
+        it) when it is not quiet or nothing may be kept."""
+        keep_for = min(keep_for, self._keep_seconds)
+        if (keep_for <= 0 or self._per_destination <= 0 or self._total <= 0
                 or not _quiet(sock)):
             return False
         closing: list[socket.socket] = []
@@ -383,30 +391,28 @@ class _KeptConnections:
                     self._count -= 1
                     if not self._idle[oldest] and oldest != key:
                         del self._idle[oldest]
-                entries.append((sock, now))
+                entries.append((sock, now, keep_for))
                 self._count += 1
                 return True
         finally:
             for old in closing:
                 old.close()
 
-    def _expire(self, entries: list[tuple[socket.socket, float]],
-                now: float) -> list[socket.socket]:
-        """Remove from ``entries`` (oldest first) those idle too long; the caller holds the lock
-        and closes them."""
-        fresh = 0
-        while fresh < len(entries) and now - entries[fresh][1] > self._keep_seconds:
-            fresh += 1
-        gone = [sock for sock, _ in entries[:fresh]]
-        del entries[:fresh]
-        self._count -= len(gone)
+    def _expire(self, entries: list[tuple[socket.socket, float, float]],
+                 now: float) -> list[socket.socket]:
+        """Remove from ``entries`` those idle longer than each may be kept; the caller holds
+        the lock and closes them."""
+        gone = [sock for sock, since, keep_for in entries if now - since > keep_for]
+        if gone:
+            entries[:] = [entry for entry in entries if now - entry[1] <= entry[2]]
+            self._count -= len(gone)
         return gone
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle, self._count = self._idle, {}, 0
         for entries in idle.values():
-            for sock, _ in entries:
+            for sock, _, _ in entries:
                 sock.close()
 
 
@@ -424,6 +430,7 @@ class _Try:
     result: SendResult | None
     written: bool = False
     clean: bool = False
+    keep_for: float = 0.0  # how long the connection may then stay idle, if clean
 
 
 def _reusable(response: http.client.HTTPResponse) -> bool:
@@ -452,6 +459,35 @@ def _framed(response: http.client.HTTPResponse) -> bool:
     if (encoding is not None and lengths) or len(lengths) > 1:
         return False
     return response.status != 204 or (encoding is None and lengths <= {"0"})
+
+
+def receiver_keep_alive(values: Iterable[str]) -> float | None:
+    """How long a connection may stay idle by the receiver's ``Keep-Alive`` header values
+    (``timeout=N, max=M``): ``N - KEEP_ALIVE_MARGIN`` seconds, 0 (not kept) when that is not
+    positive or when ``M <= 1`` (the receiver closes after this answer), None when the header
+    says nothing usable (absent or malformed: the channel's own limit applies). Names and
+    spacing in any case; several values of one parameter: the strictest. Never raises."""
+    timeouts: list[int] = []
+    maxes: list[int] = []
+    for value in values:
+        for part in value.split(","):
+            name, equals, text = part.partition("=")
+            text = text.strip()
+            if len(text) >= 2 and text[0] == text[-1] == '"':
+                text = text[1:-1].strip()
+            # At most 9 digits: int() of thousands of them is slow; a longer one is ignored.
+            if not equals or not (text.isascii() and text.isdigit()) or len(text) > 9:
+                continue
+            name = name.strip().lower()
+            if name == "timeout":
+                timeouts.append(int(text))
+            elif name == "max":
+                maxes.append(int(text))
+    if maxes and min(maxes) <= 1:
+        return 0.0
+    if timeouts:
+        return max(0.0, min(timeouts) - KEEP_ALIVE_MARGIN)
+    return None
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -498,6 +534,7 @@ class WebhookChannel:
         # Deadlines are durations measured on this host, not instants: the injected Clock of
         # the rest of the system may stand still (tests, the demo) while a socket waits.
         self._monotonic = monotonic
+        self._keep_alive_seconds = keep_alive_seconds
         self._kept = _KeptConnections(keep_alive_seconds, max_idle_per_destination, max_idle,
                                       monotonic)
 
@@ -595,7 +632,7 @@ class WebhookChannel:
             conn.sock = None  # detached: closing the connection leaves the socket alone
             conn.close()
             destination = (target.scheme, target.host, target.port, address)
-            if not (keep and self._kept.give_back(destination, sock)):
+            if not (keep and self._kept.give_back(destination, sock, attempt.keep_for)):
                 sock.close()
         return attempt
 
@@ -728,7 +765,10 @@ class WebhookChannel:
                 "send deadline"))
         clean = (not (cut_off or failed) and len(snippet) <= self._max_response_bytes
                  and _reusable(response))
-        return _Try(result, written=True, clean=clean)
+        said = receiver_keep_alive(response.msg.get_all("Keep-Alive") or ())
+        keep_for = self._keep_alive_seconds if said is None else min(
+            said, self._keep_alive_seconds)
+        return _Try(result, written=True, clean=clean, keep_for=keep_for)
 
     @staticmethod
     def _final_response(response: http.client.HTTPResponse,
