@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import signal
 import socket
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -723,3 +725,36 @@ def test_a_payload_that_is_not_json_is_permanent(
     assert result.outcome is Outcome.PERMANENT
     assert result.detail.startswith("payload is not JSON")
     assert hooks.stats()["by_endpoint"] == {}
+
+
+# --- TLS refused before a byte is sent --------------------------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example.test", "a..example.test"],
+                         ids=["label-over-63", "empty-label"])
+def test_a_host_name_tls_cannot_carry_is_permanent_and_leaves_no_socket(host: str) -> None:
+    # ssl refuses the server name (SNI) only after taking over the connected socket; the
+    # send must not raise, nor leave that socket open.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        channel = WebhookChannel(allow=["127.0.0.1/32"], connect_timeout=1.0,
+                                 read_timeout=0.5, resolver=lambda h, p: ["127.0.0.1"])
+        before = open_descriptors()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            result = channel.send(message(f"https://{host}:{port}/hook"), NOW)
+        after = open_descriptors()
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # refused before connecting at all
+            listener.accept()
+    assert result.outcome is Outcome.PERMANENT
+    assert result.detail.startswith(f"TLS: the host name {host} cannot be sent as the server "
+                                    "name:")
+    assert after == before
+

@@ -181,6 +181,14 @@ def _parse_url(url: str) -> _Target:
     return _Target(scheme, host, port or default_port, host_header, path)
 
 
+class _NotStarted(Exception):
+    """A TLS connection could not be started; ``result`` says why (nothing was sent)."""
+
+    def __init__(self, result: SendResult) -> None:
+        super().__init__(result.detail)
+        self.result = result
+
+
 class _DeadlineHit(TimeoutError):
     """The send's deadline passed (rather than one wait's connect or read timeout)."""
 
@@ -645,6 +653,16 @@ class WebhookChannel:
         self, target: _Target, addresses: list[IPAddress], deadline: _Deadline
     ) -> tuple[socket.socket, IPAddress] | SendResult:
         """Open a connection to the first vetted address that answers; nothing is sent yet."""
+        server_name = None
+        if target.scheme == "https":
+            try:
+                # As ssl encodes it, but checked before a socket exists: ssl refuses a name
+                # (a label over 63 characters, an empty one) only after taking the socket over.
+                server_name = target.host.encode("idna").decode("ascii")
+            except UnicodeError as exc:
+                return SendResult(Outcome.PERMANENT, _one_line(
+                    f"TLS: the host name {target.host} cannot be sent as the server name: "
+                    f"{exc}"))
         failure = "no address to connect to"
         for address in addresses:
             where = f"{address}:{target.port}"
@@ -669,24 +687,38 @@ class WebhookChannel:
             except OSError as exc:
                 failure = _one_line(f"cannot connect to {where}: {exc.strerror or exc}")
                 continue
-            if target.scheme == "https":
-                try:
-                    timeout, deadline_sets_it = deadline.timeout(self.connect_timeout)
-                except _DeadlineHit:
-                    sock.close()
-                    return self._late_connect(where)
-                sock.settimeout(timeout)  # one bound for the whole handshake
-                try:
-                    sock = self._tls().wrap_socket(sock, server_hostname=target.host)
-                except (OSError, ssl.SSLError) as exc:
-                    sock.close()
-                    if isinstance(exc, TimeoutError) and deadline_sets_it:
-                        return self._late_connect(where)
-                    return SendResult(
-                        Outcome.TRANSIENT, _one_line(f"TLS handshake with {where} failed: {exc}")
-                    )
-            return sock, address
+            if server_name is None:
+                return sock, address
+            try:
+                return self._start_tls(sock, server_name, target.host, where, deadline), address
+            except _NotStarted as failed:
+                return failed.result
         return SendResult(Outcome.TRANSIENT, failure)
+
+    def _start_tls(self, sock: socket.socket, server_name: str, host: str, where: str,
+                   deadline: _Deadline) -> ssl.SSLSocket:
+        """The TLS connection over ``sock``; whatever fails, ``sock`` is closed and
+        :class:`_NotStarted` says why (nothing was sent)."""
+        try:
+            try:
+                timeout, deadline_sets_it = deadline.timeout(self.connect_timeout)
+            except _DeadlineHit:
+                raise _NotStarted(self._late_connect(where)) from None
+            sock.settimeout(timeout)  # one bound for the whole handshake
+            try:
+                return self._tls().wrap_socket(sock, server_hostname=server_name)
+            except (OSError, ssl.SSLError) as exc:
+                if isinstance(exc, TimeoutError) and deadline_sets_it:
+                    raise _NotStarted(self._late_connect(where)) from None
+                raise _NotStarted(SendResult(
+                    Outcome.TRANSIENT, _one_line(f"TLS handshake with {where} failed: {exc}")
+                )) from None
+            except ValueError as exc:  # the context or the name refused before the handshake
+                raise _NotStarted(SendResult(Outcome.PERMANENT, _one_line(
+                    f"TLS with {host} at {where} cannot start: {exc}"))) from None
+        except BaseException:
+            sock.close()
+            raise
 
     def _late_connect(self, where: str) -> SendResult:
         return SendResult(
