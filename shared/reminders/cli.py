@@ -315,18 +315,24 @@ _BLOCKED_NAMES = ("localhost", "metadata.google.internal", "instance-data",
 
 
 def _check_endpoint_url(url: str) -> str:
-    """Refused when typed, not at send time: a URL with credentials (never echoed back), a
+    """Refused when typed, not at send time: a control character or whitespace anywhere
+    (naming the part and the code point), a URL with credentials (never echoed back), a
     scheme other than http(s), and a host that is an address deliveries may not go to
     (private, loopback, link-local, metadata) unless REMINDERS_WEBHOOK_ALLOW allows it. Names
     are resolved at send time, where the same guard applies again."""
     import ipaddress
     from urllib.parse import urlsplit
 
-    from reminders.channels.addresses import ALLOW_ENV, parse_allow_list, refusal_reason
+    from reminders.channels.addresses import (
+        ALLOW_ENV,
+        check_url_characters,
+        parse_allow_list,
+        refusal_reason,
+    )
 
-    _plain_text(url, "endpoint URL")
+    check_url_characters(url, "endpoint URL")
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError as exc:
         raise InvalidInput(f"endpoint URL is not valid: {exc}") from None

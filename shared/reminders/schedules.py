@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from reminders import db
+from reminders.channels.addresses import check_url_characters
 from reminders.clock import iso, require_aware
 from reminders.errors import InvalidInput
 
@@ -164,6 +165,8 @@ def schedule(conn: db.Connection, *, tenant: str, recipients: Iterable[str], cha
         at = require_aware(at, "at").astimezone(UTC)
     payload_json = validate_payload(payload)
     people = _texts(recipients, "recipient")
+    if channel == "webhook" and isinstance(to, str):
+        check_url_characters(to, "to: webhook URL")
     with db.transaction(conn):
         rows = db.fetch_all(conn, "api_schedule", {
             "tenant": tenant, "key": key, "recipients": people, "channel": channel, "at": at,

@@ -181,6 +181,25 @@ def test_an_endpoint_deliveries_may_not_reach_is_refused_when_added(
     nothing_written(conn)
 
 
+@pytest.mark.parametrize(("url", "line"), [
+    ("https://hooks.example.com\t.evil/x", "endpoint URL: the host contains a control "
+                                          "character (U+0009)"),
+    ("https://hooks.example.com/a b", "endpoint URL: the path contains whitespace (U+0020)"),
+    ("https://hooks.example.com/a?b=\x7f", "endpoint URL: the URL ends with a control "
+                                           "character (U+007F)"),
+    ("https://hooks.example.com\u0085.evil/x", "endpoint URL: the host contains a control "
+                                               "character (U+0085)"),
+    ("https://hooks.example.com\u00a0.evil/x", "endpoint URL: the host contains whitespace "
+                                               "(U+00A0)"),
+    (" https://hooks.example.com/x", "endpoint URL: the URL begins with whitespace (U+0020)"),
+], ids=["tab", "space", "del", "c1", "no-break-space", "leading-space"])
+def test_an_endpoint_url_with_a_control_character_or_whitespace_is_refused_when_added(
+        cli: Cli, conn: db.Connection, url: str, line: str) -> None:
+    # urlsplit would drop the tab and the leading space and read the rest as a valid URL.
+    error(cli("endpoints", "add", url, "--secret", new_secret()), 2, line)
+    nothing_written(conn)
+
+
 def test_an_allowed_private_endpoint_is_accepted(cli: Cli) -> None:
     got = cli("endpoints", "add", "http://127.0.0.1:8080/hook", "--secret", new_secret(),
               "--json", **ALLOW).json()

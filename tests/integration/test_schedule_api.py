@@ -202,6 +202,23 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+@pytest.mark.parametrize(("url", "message"), [
+    ("https://hooks.example.com\x01.evil/x",
+     "to: webhook URL: the host contains a control character (U+0001)"),
+    ("https://hooks.example.com/a\tb", "to: webhook URL: the path contains a control character "
+                                       "(U+0009)"),
+    ("https://hooks.example.com/a b", "to: webhook URL: the path contains whitespace (U+0020)"),
+])
+def test_a_webhook_url_with_a_control_character_or_whitespace_is_refused(
+        conn: db.Connection, url: str, message: str) -> None:
+    register(conn, url)  # an endpoint row written before URLs were checked when registered
+    before = counts(conn)
+    with pytest.raises(InvalidInput) as err:
+        schedule_webhook(conn, to=url)
+    assert str(err.value) == message
+    assert counts(conn) == before
+
+
 @pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in INVALID],
                          ids=[name for name, _, _ in INVALID])
 def test_invalid_input_is_refused_and_writes_nothing(conn: db.Connection,
@@ -351,6 +368,27 @@ def test_a_revision_with_nothing_pending_resends_nothing(harness: Harness) -> No
     row = h.conn.execute("select revision, generation, state from schedules").fetchone()
     assert row == {"revision": "2", "generation": 1, "state": "active"}
     assert h.receiver.stats()["effects"] == {sent_key: 1}
+
+
+def test_a_stored_webhook_url_with_a_control_character_fails_when_sent(
+        harness: Harness) -> None:
+    # Rows written before URLs were checked: urlsplit would drop the tab and send to
+    # 127.0.0.1 with the raw host in the Host header. The send refuses it: failed, nothing sent.
+    h = harness
+    url = h.receiver.hook_url("ok")
+    register(h.conn, url, h.receiver.secret)
+    first = schedule_webhook(h.conn, to=url, now=h.clock.now())
+    stored = url.replace("127.0.0.1", "127.0.0.1\t", 1)
+    for table, column in (("endpoints", "url"), ("schedules", "destination"),
+                          ("deliveries", "destination")):
+        h.conn.execute(f"update {table} set {column} = %s", (stored,))
+    h.clock.advance(timedelta(minutes=5))
+    out = pipeline.run(h.rt)
+    assert out["work"]["idle"] is True
+    key = first.deliveries[0].delivery_key
+    assert [(r["delivery_key"], r["state"], r["reason"]) for r in deliveries(h.conn)] == [
+        (key, "failed", "webhook URL: the host contains a control character (U+0009)")]
+    assert h.receiver.stats()["requests"] == {}
 
 
 def test_reschedule_refuses_bad_input_and_changes_nothing(conn: db.Connection) -> None:

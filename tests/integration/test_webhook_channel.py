@@ -758,3 +758,38 @@ def test_a_host_name_tls_cannot_carry_is_permanent_and_leaves_no_socket(host: st
                                     "name:")
     assert after == before
 
+
+
+# --- control characters and whitespace in a stored URL ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "detail"),
+    [
+        # getaddrinfo stops at the NUL: this would reach 127.0.0.1 with the raw host as Host.
+        ("http://127.0.0.1\x00.evil:{port}/hooks/a", "the host contains a control character "
+                                                 "(U+0000)"),
+        # urlsplit drops tabs and line breaks: these would reach 127.0.0.1 as if typed so.
+        ("http://127.0.0.1\t:{port}/hooks/a", "the host contains a control character (U+0009)"),
+        ("http://127.0.0.1:{port}/hoo\nks/a", "the path contains a control character (U+000A)"),
+        ("http://127.0.0.1:{port}/hooks/a?\rx", "the query contains a control character (U+000D)"),
+        ("http://127.0.0.1:{port}/hooks/a?x=\x7f1", "the query contains a control character "
+                                                 "(U+007F)"),
+        ("http://127.0.0.1:{port}/hooks/a#\x851", "the fragment contains a control character "
+                                               "(U+0085)"),
+        ("http://127.0.0.1:{port}/a b", "the path contains whitespace (U+0020)"),
+        ("http://127.0.0.1:{port}/a\u00a0b", "the path contains whitespace (U+00A0)"),
+        ("http://127.0.0.1:{port}/hooks/a\n", "the URL ends with a control character (U+000A)"),
+        (" http://127.0.0.1:{port}/hooks/a", "the URL begins with whitespace (U+0020)"),
+        ("\x01http://127.0.0.1:{port}/hooks/a", "the URL begins with a control character "
+                                             "(U+0001)"),
+    ],
+    ids=["nul-in-host", "tab-in-host", "lf-in-path", "cr-in-query", "del", "c1", "space",
+         "no-break-space", "trailing-lf", "leading-space", "leading-c0"],
+)
+def test_a_stored_url_with_a_control_character_or_whitespace_is_permanent_and_sends_nothing(
+        hooks: WebhookReceiver, channel: WebhookChannel, url: str, detail: str) -> None:
+    # A row stored before URLs were checked when registered: refused when sent, never sent.
+    result = channel.send(message(url.format(port=hooks.port)), NOW)
+    assert (result.outcome, result.detail) == (Outcome.PERMANENT, f"webhook URL: {detail}")
+    assert (hooks.accepted_connections, hooks.stats()["requests"]) == (0, {})

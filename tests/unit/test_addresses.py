@@ -12,6 +12,7 @@ from reminders.channels.addresses import (
     DestinationRefused,
     Resolver,
     check_destination,
+    check_url_characters,
     parse_allow_list,
     resolve_host,
 )
@@ -139,3 +140,39 @@ def test_parse_allow_list(text: str, expected: list[str]) -> None:
 def test_parse_allow_list_names_a_bad_entry(text: str, message: str) -> None:
     with pytest.raises(InvalidInput, match=f"REMINDERS_WEBHOOK_ALLOW: {message}"):
         parse_allow_list(text)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1\x00.evil/", "the host contains a control character (U+0000)"),
+        ("http://u\x01:p@hooks.example.com/", "the credentials contain a control character "
+                                              "(U+0001)"),
+        ("http://hooks.example.com:8\x0b0/x", "the port contains a control character (U+000B)"),
+        ("http://[::1\x1f]:80/", "the host contains a control character (U+001F)"),
+        ("http://[::1]:8\x000/", "the port contains a control character (U+0000)"),
+        ("ht\x00tp://hooks.example.com/", "the scheme contains a control character (U+0000)"),
+        ("http://hooks.example.com/p\x7fq", "the path contains a control character (U+007F)"),
+        ("http://hooks.example.com/p?q=\x9f1", "the query contains a control character "
+                                               "(U+009F)"),
+        ("http://hooks.example.com/p#f?\x01x", "the fragment contains a control character "
+                                               "(U+0001)"),
+        ("http:/a\x00b", "the path contains a control character (U+0000)"),
+        ("no\x00colon", "the URL contains a control character (U+0000)"),
+        ("http://hooks.example.com/a\u2028b", "the path contains whitespace (U+2028)"),
+        ("http://hooks.example.com/a\u3000b", "the path contains whitespace (U+3000)"),
+        ("http://hooks.example.com/\t", "the URL ends with a control character (U+0009)"),
+        ("\u00a0http://hooks.example.com/", "the URL begins with whitespace (U+00A0)"),
+    ],
+)
+def test_a_url_with_a_control_character_or_whitespace_is_refused_naming_where(
+        url: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_url_characters(url, "webhook URL")
+    assert str(err.value) == f"webhook URL: {message}"
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example.com/a%20b?x=%00#f",
+                                 "https://bücher.example/pfad?q=ü", "http://[::1]:8080/"])
+def test_a_url_without_them_is_accepted_unchanged(url: str) -> None:
+    assert check_url_characters(url, "webhook URL") == url

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
 from reminders.errors import InvalidInput, RemindersError
@@ -28,6 +29,66 @@ class DestinationRefused(InvalidInput):
 
 class DestinationLookupError(RemindersError):
     """The host name could not be resolved now (DNS failure); nothing was sent."""
+
+
+def check_url_characters(url: str, what: str) -> str:
+    """``url`` unchanged, or InvalidInput naming ``what``, the part of the URL and the code
+    point when it holds a control character (C0, DEL, C1) or whitespace anywhere.
+
+    Checked on the text as given, before any parsing: urlsplit drops tabs and line breaks and
+    strips leading blanks, getaddrinfo stops reading a name at a NUL (``127.0.0.1\\x00.evil``
+    resolves to 127.0.0.1), and the raw host would still go into the Host header.
+    """
+    for index, char in enumerate(url):
+        if unicodedata.category(char) == "Cc":
+            kind = "a control character"
+        elif char.isspace():
+            kind = "whitespace"
+        else:
+            continue
+        code = f"U+{ord(char):04X}"
+        if index == 0:
+            where = "the URL begins with"
+        elif index == len(url) - 1:
+            where = "the URL ends with"
+        else:
+            part = _url_part(url, index)
+            where = f"the {part} {'contain' if part == 'credentials' else 'contains'}"
+        raise InvalidInput(f"{what}: {where} {kind} ({code})")
+    return url
+
+
+def _url_part(url: str, index: int) -> str:
+    """Which part of ``url`` the character at ``index`` is in, read as RFC 3986 lays a URL
+    out: scheme, then ``//`` and the authority (credentials, host, port), path, query,
+    fragment."""
+    colon = url.find(":")
+    if colon < 0 or index < colon:
+        return "scheme" if colon >= 0 else "URL"
+    start = colon + 1
+    if url.startswith("//", start):
+        authority = start + 2
+        end = len(url)
+        for mark in "/?#":
+            found = url.find(mark, authority)
+            if 0 <= found < end:
+                end = found
+        if index < end:
+            at = url.rfind("@", authority, end)
+            if index < at:
+                return "credentials"
+            host = max(authority, at + 1)
+            bracket = url.find("]", host, end) if url.startswith("[", host) else -1
+            port = url.rfind(":", max(host, bracket), end)
+            return "port" if 0 <= port < index else "host"
+        start = end
+    hash_mark = url.find("#", start)
+    if 0 <= hash_mark < index:
+        return "fragment"
+    question = url.find("?", start)
+    if 0 <= question < index and (hash_mark < 0 or question < hash_mark):
+        return "query"
+    return "path"
 
 
 def parse_allow_entries(entries: Iterable[str | IPNetwork]) -> list[IPNetwork]:

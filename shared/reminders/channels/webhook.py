@@ -2,7 +2,10 @@
 
 The receiver deduplicates on ``webhook-id`` / ``Idempotency-Key`` (the delivery key), so a resend
 after an ``unknown`` outcome is safe. HTTP is stdlib only; the connection goes to an address the
-guard in :mod:`reminders.channels.addresses` vetted, never to a second DNS answer.
+guard in :mod:`reminders.channels.addresses` vetted, never to a second DNS answer. A URL with a
+control character or whitespace anywhere is refused before it is parsed (a permanent outcome
+naming the part and the code point): parsers and resolvers would otherwise each read it their
+own way.
 
 Each send has one wall-clock deadline (``send_timeout``) over resolving, connecting, writing the
 request and reading the whole response. The connect and read timeouts bound each single wait;
@@ -60,6 +63,7 @@ from reminders.channels.addresses import (
     IPNetwork,
     Resolver,
     check_destination,
+    check_url_characters,
     parse_allow_entries,
     resolve_host,
 )
@@ -154,8 +158,9 @@ class _Target:
 
 
 def _parse_url(url: str) -> _Target:
+    check_url_characters(url, "webhook URL")  # a row stored before URLs were checked on input
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
         raise InvalidInput(f"invalid webhook URL: {exc}") from None
