@@ -779,13 +779,13 @@ def test_a_host_name_tls_cannot_carry_is_permanent_and_leaves_no_socket(host: st
                                                "(U+0085)"),
         ("http://127.0.0.1:{port}/a b", "the path contains whitespace (U+0020)"),
         ("http://127.0.0.1:{port}/a\u00a0b", "the path contains whitespace (U+00A0)"),
-        ("http://127.0.0.1:{port}/hooks/a\n", "the URL ends with a control character (U+000A)"),
-        (" http://127.0.0.1:{port}/hooks/a", "the URL begins with whitespace (U+0020)"),
         ("\x01http://127.0.0.1:{port}/hooks/a", "the URL begins with a control character "
                                              "(U+0001)"),
+        ("http://127.0.0.1:{port}/hooks/a\x00", "the URL ends with a control character "
+                                              "(U+0000)"),
     ],
     ids=["nul-in-host", "tab-in-host", "lf-in-path", "cr-in-query", "del", "c1", "space",
-         "no-break-space", "trailing-lf", "leading-space", "leading-c0"],
+         "no-break-space", "leading-c0", "trailing-nul"],
 )
 def test_a_stored_url_with_a_control_character_or_whitespace_is_permanent_and_sends_nothing(
         hooks: WebhookReceiver, channel: WebhookChannel, url: str, detail: str) -> None:
@@ -793,3 +793,13 @@ def test_a_stored_url_with_a_control_character_or_whitespace_is_permanent_and_se
     result = channel.send(message(url.format(port=hooks.port)), NOW)
     assert (result.outcome, result.detail) == (Outcome.PERMANENT, f"webhook URL: {detail}")
     assert (hooks.accepted_connections, hooks.stats()["requests"]) == (0, {})
+
+
+@pytest.mark.parametrize("around", [" {}", "{}\n", "\t{} "], ids=["leading-space", "trailing-lf",
+                                                                "tab-and-space"])
+def test_a_stored_url_with_whitespace_around_it_still_sends(
+        hooks: WebhookReceiver, channel: WebhookChannel, around: str) -> None:
+    # Stored before URLs were checked when registered; the channel stripped such whitespace
+    # then, and still does: those rows went on sending, and do.
+    url = around.format(f"http://127.0.0.1:{hooks.port}/hooks/a")
+    assert channel.send(message(url), NOW).outcome is Outcome.SENT

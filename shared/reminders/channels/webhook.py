@@ -158,7 +158,9 @@ class _Target:
 
 
 def _parse_url(url: str) -> _Target:
-    check_url_characters(url, "webhook URL")  # a row stored before URLs were checked on input
+    # A row stored before URLs were checked on input: whitespace around it was stripped then,
+    # and still is (such rows sent, and go on sending); anything left is checked.
+    url = check_url_characters(url.strip(), "webhook URL")
     try:
         parts = urlsplit(url)
         port = parts.port
