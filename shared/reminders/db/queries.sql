@@ -305,13 +305,21 @@ returning d.id, d.lease_token, d.due_at, (select n from left_over) as tenants_le
 -- Fenced: hands back leases whose message never reached the queue, or that a consumer may not
 -- use yet (a paused tenant, not due by its clock); never one with a send in flight.
 -- CROSS-TENANT by (id, token): only the holder of those leases knows the tokens.
+-- A row another transaction holds (an application cancelling or rescheduling that very
+-- delivery) is skipped, not waited for, so one held row never fails the rest: that transaction
+-- ends the lease or leaves it, and a lease left expires and is reclaimed. The consumer and the
+-- redrive release rows they have locked themselves, which are never skipped.
+with ours as (
+    select d.id from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
+    join deliveries d on d.id = r.id and d.lease_token = r.token
+    where (d.state = 'leased') is true and d.send_attempt is null
+    for update of d skip locked
+)
 update deliveries d set
     state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
     reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s,
     received = false, leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
-from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
-where d.id = r.id and d.lease_token = r.token
-  and (d.state = 'leased') is true and d.send_attempt is null;
+from ours where d.id = ours.id;
 
 -- name: retention_purge
 -- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
