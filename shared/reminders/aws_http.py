@@ -1,11 +1,12 @@
 """The AWS calls the Lambda functions make on their hot path, without boto3.
 
 SQS, Secrets Manager and KMS speak AWS's JSON protocol, and Lambda's Invoke is one POST: each
-call here is a SigV4-signed request over ``http.client``, with the standard retry rule
-(throttling, 5xx and connection errors, full-jitter exponential backoff, a bounded number of
-attempts) and pooled keep-alive connections. Importing boto3 and building one client costs a
-function's cold start more than everything else it loads but psycopg (docs/BENCHMARKS.md,
-``cold_start``); this module costs a few standard-library imports.
+call here is a SigV4-signed request over ``http.client``, with botocore's standard retry rule
+(throttling and transient error codes, 429 and 5xx statuses, connection errors; full-jitter
+exponential backoff, a bounded number of attempts) and pooled keep-alive connections.
+Importing boto3 and building one client costs a function's cold start more than everything
+else it loads but psycopg (docs/BENCHMARKS.md, ``cold_start``); this module costs a few
+standard-library imports.
 
 Each client has the boto3 method names, arguments and answers the service modules use
 (``queue.py``, ``kms.py``, ``lambdas.py``, ``aws.read_db_secret``), so those modules take
@@ -35,15 +36,26 @@ from urllib.parse import quote, urlsplit
 from reminders import __version__
 from reminders.errors import ConfigError
 
-# Error codes AWS uses for "slow down": retried like a 5xx (botocore's standard mode list).
+# What is tried again is botocore's standard retry mode (botocore/retries/standard.py), so a call
+# through this client and one through boto3 give up on the same answers:
+# - the error codes for "slow down" (its ThrottledRetryableChecker);
 THROTTLING_CODES = frozenset({
     "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
     "TooManyRequestsException", "ProvisionedThroughputExceededException",
     "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
     "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
-    "EC2ThrottledException", "AWS.SimpleQueueService.RequestThrottled",
+    "EC2ThrottledException",
 })
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# - the error codes and statuses of a transient failure (its TransientRetryableChecker);
+TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException",
+                             "PriorRequestNotComplete"})
+TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+# - a 429 whatever its code (its ThrottlingStatusCodeChecker), which botocore skips only when the
+#   code is one of the operation's modelled errors: for the calls made here the one modelled
+#   error AWS answers with a 429 is Lambda's TooManyRequestsException, a throttling code anyway.
+THROTTLING_STATUS = frozenset({429})
+# (SQS's throttling answer carries the query code "RequestThrottled"; none of the services
+# called here models an error as retryable, botocore's fourth rule.)
 # What CloudTrail records as the caller's agent.
 USER_AGENT = f"reminders/{__version__} (SigV4 over http.client)"
 MAX_BACKOFF_SECONDS = 20.0
@@ -94,7 +106,12 @@ class AwsError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status in RETRYABLE_STATUS or self.code in THROTTLING_CODES
+        """Whether botocore's standard mode would try the call again. A 429 is, whatever its
+        code: botocore does so for any code the operation does not model, and the one 429 the
+        calls here model (Lambda's TooManyRequestsException) is a throttling code. A
+        connection error (``status`` 0) is tried again too: see :meth:`Service.send`."""
+        return (self.code in THROTTLING_CODES or self.code in TRANSIENT_CODES
+                or self.status in TRANSIENT_STATUS or self.status in THROTTLING_STATUS)
 
 
 # --- signing -----------------------------------------------------------------------------------

@@ -253,6 +253,62 @@ def test_throttling_and_5xx_are_retried_with_backoff_then_succeed(scripted: Any)
     assert len(sleeps) == 2 and 0 <= sleeps[0] <= 1.0 and 0 <= sleeps[1] <= 2.0
 
 
+@pytest.mark.parametrize("answer", [
+    (400, {"__type": "RequestTimeout", "message": "idle too long"}, False),
+    (408, {"__type": "com.amazonaws.kms#RequestTimeoutException", "message": "slow"}, False),
+    (400, {"__type": "PriorRequestNotComplete", "message": "still busy"}, False),
+    (429, {}, False),  # no code at all: botocore retries a 429 by its status
+])
+def test_botocores_transient_codes_and_a_bare_429_are_retried(scripted: Any,
+                                                               answer: Any) -> None:
+    scripted.script = [answer, OK]
+    sleeps: list[float] = []
+    sqs = scripted_sqs(scripted, Limits(attempts=2), sleeps)
+    assert sqs.send_message_batch(QueueUrl="q", Entries=[])["Successful"] == [{"Id": "0"}]
+    assert len(scripted.requests) == 2 and len(sleeps) == 1
+
+
+def test_a_code_botocore_does_not_retry_is_not_retried(scripted: Any) -> None:
+    """SQS says "slow down" with the query code RequestThrottled; a code with SQS's
+    namespace in front is no throttling code botocore knows, so it gives up at once."""
+    scripted.script = [(400, {"__type": "AWS.SimpleQueueService.RequestThrottled"}, False), OK]
+    with pytest.raises(AwsError) as refused:
+        scripted_sqs(scripted, Limits(attempts=3), []).send_message_batch(
+            QueueUrl="q", Entries=[])
+    assert refused.value.code == "AWS.SimpleQueueService.RequestThrottled"
+    assert len(scripted.requests) == 1
+
+
+def test_the_retry_rule_is_botocores_standard_mode() -> None:
+    """The same lists as botocore's standard mode, and every error the calls made here model
+    with a 429 (which botocore would not retry by its status alone) is a throttling code."""
+    import importlib
+
+    import botocore.session
+
+    standard: Any = importlib.import_module("botocore.retries.standard")
+    transient = standard.TransientRetryableChecker
+    assert frozenset(standard.ThrottledRetryableChecker._THROTTLED_ERROR_CODES) == \
+        aws_http.THROTTLING_CODES
+    assert frozenset(transient._TRANSIENT_ERROR_CODES) == aws_http.TRANSIENT_CODES
+    assert frozenset(transient._TRANSIENT_STATUS_CODES) == aws_http.TRANSIENT_STATUS
+    assert frozenset(standard.ThrottlingStatusCodeChecker._THROTTLING_STATUS_CODES) == \
+        aws_http.THROTTLING_STATUS
+    session = botocore.session.get_session()
+    calls = {"sqs": ["SendMessageBatch", "SendMessage", "GetQueueAttributes",
+                     "ReceiveMessage", "DeleteMessageBatch"],
+             "secretsmanager": ["GetSecretValue"], "kms": ["GenerateDataKey", "Decrypt"],
+             "lambda": ["Invoke"]}
+    for service, operations in calls.items():
+        model = session.get_service_model(service)
+        for operation in operations:
+            for shape in model.operation_model(operation).error_shapes:
+                assert shape.metadata.get("retryable") is None, (operation, shape.name)
+                if shape.metadata.get("error", {}).get("httpStatusCode") == 429:
+                    code = shape.metadata["error"].get("code") or shape.name
+                    assert code in aws_http.THROTTLING_CODES, (operation, code)
+
+
 def test_the_attempts_are_bounded(scripted: Any) -> None:
     scripted.script = [UNAVAILABLE]
     sleeps: list[float] = []
