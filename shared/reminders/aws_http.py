@@ -388,17 +388,23 @@ def _json_error(operation: str) -> Callable[[Answer], AwsError]:
 
 class JsonClient:
     """A service speaking AWS's JSON protocol: every call a POST of its arguments to ``/``,
-    the operation named in ``X-Amz-Target``."""
+    the operation named in ``X-Amz-Target``. A ``query_compatible`` service (SQS, which spoke
+    the query protocol first) is sent ``x-amzn-query-mode: true``, signed, as botocore sends
+    it: it then answers an error with its query code in ``x-amzn-query-error``
+    (``AWS.SimpleQueueService.NonExistentQueue``), the code boto3 reports."""
 
-    def __init__(self, service: Service, target_prefix: str, json_version: str) -> None:
+    def __init__(self, service: Service, target_prefix: str, json_version: str,
+                 *, query_compatible: bool = False) -> None:
         self.service = service
         self._prefix = target_prefix
-        self._content_type = f"application/x-amz-json-{json_version}"
+        self._headers = {"Content-Type": f"application/x-amz-json-{json_version}"}
+        if query_compatible:
+            self._headers["x-amzn-query-mode"] = "true"
 
     def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         body = json.dumps(params, separators=(",", ":")).encode()
         answer = self.service.send(operation, "POST", "/", {
-            "Content-Type": self._content_type, "X-Amz-Target": f"{self._prefix}.{operation}"},
+            **self._headers, "X-Amz-Target": f"{self._prefix}.{operation}"},
             body, _json_error(operation))
         try:
             data = json.loads(answer.body or b"{}")
@@ -495,12 +501,13 @@ class _Body:
         return self._data
 
 
-# service name -> (endpoint service id, endpoint prefix, signing name, JSON target, version)
+# service name -> (endpoint service id, endpoint prefix, signing name, JSON target, version,
+# query compatible: botocore's model says awsQueryCompatible)
 _JSON_SERVICES = {
-    "sqs": ("SQS", "sqs", "sqs", "AmazonSQS", "1.0"),
+    "sqs": ("SQS", "sqs", "sqs", "AmazonSQS", "1.0", True),
     "secretsmanager": ("Secrets Manager", "secretsmanager", "secretsmanager", "secretsmanager",
-                       "1.1"),
-    "kms": ("KMS", "kms", "kms", "TrentService", "1.1"),
+                       "1.1", False),
+    "kms": ("KMS", "kms", "kms", "TrentService", "1.1", False),
 }
 SERVICES = frozenset({*_JSON_SERVICES, "lambda"})
 
@@ -515,9 +522,10 @@ def client(service: str, limits: Limits, env: Mapping[str, str] | None = None,
                                     region, limits, credentials))
     if service not in _JSON_SERVICES:
         raise ConfigError(f"no lean client for {service!r}; use boto3")
-    service_id, prefix, signing, target, version = _JSON_SERVICES[service]
+    service_id, prefix, signing, target, version, query_compatible = _JSON_SERVICES[service]
     json_client = JsonClient(Service(signing, endpoint_url(service_id, prefix, region, env),
-                                     region, limits, credentials), target, version)
+                                     region, limits, credentials), target, version,
+                             query_compatible=query_compatible)
     makers: dict[str, Callable[[JsonClient], Any]] = {
         "sqs": SqsClient, "secretsmanager": SecretsManagerClient, "kms": KmsClient}
     return makers[service](json_client)

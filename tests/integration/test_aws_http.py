@@ -29,7 +29,8 @@ CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "
 
 
 def botocore_authorization(method: str, url: str, headers: dict[str, str], body: bytes,
-                           service: str, region: str, creds: Credentials) -> dict[str, str]:
+                           service: str, region: str, creds: Credentials,
+                           at: datetime = NOW) -> dict[str, str]:
     """What botocore's own SigV4 signer puts on the same request at the same instant."""
     from unittest import mock
 
@@ -39,7 +40,7 @@ def botocore_authorization(method: str, url: str, headers: dict[str, str], body:
 
     request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
     # botocore reads the time itself; it is given the test's instant.
-    with mock.patch("botocore.auth.get_current_datetime", return_value=NOW.replace(tzinfo=None)):
+    with mock.patch("botocore.auth.get_current_datetime", return_value=at.replace(tzinfo=None)):
         SigV4Auth(BotoCredentials(creds.access_key, creds.secret_key, creds.token),
                   service, region).add_auth(request)
     return {k: v for k, v in request.headers.items()}
@@ -47,7 +48,7 @@ def botocore_authorization(method: str, url: str, headers: dict[str, str], body:
 
 @pytest.mark.parametrize(("service", "url", "headers", "body"), [
     ("sqs", "https://sqs.eu-west-1.amazonaws.com/",
-     {"Content-Type": "application/x-amz-json-1.0",
+     {"Content-Type": "application/x-amz-json-1.0", "x-amzn-query-mode": "true",
       "X-Amz-Target": "AmazonSQS.SendMessageBatch"}, b'{"QueueUrl":"q","Entries":[]}'),
     # An ARN in the path: percent-encoded once in the URL, once more when signed.
     ("lambda", "https://lambda.eu-west-1.amazonaws.com/2015-03-31/functions/"
@@ -80,6 +81,34 @@ def test_the_host_sent_is_the_host_signed(scripted: Any) -> None:
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     assert scripted.hosts == [f"127.0.0.1:{port}"]
     assert scripted.agents == [aws_http.USER_AGENT]
+
+
+def signed_names(authorization: str) -> list[str]:
+    return authorization.partition("SignedHeaders=")[2].partition(",")[0].split(";")
+
+
+def test_sqs_calls_send_the_query_mode_header_signed_as_botocore_signs_it(
+        scripted: Any) -> None:
+    """boto3 tells SQS it wants the query protocol's error codes (``x-amzn-query-mode``) and
+    signs the header; the SigV4 client sends the same header, and botocore's signer, given the
+    request as it arrived, computes the same signature."""
+    url = f"http://127.0.0.1:{scripted.server_address[1]}"
+    stack.aws_client("sqs", url).send_message_batch(QueueUrl="q", Entries=[])
+    sqs = aws_http.client("sqs", ONE_ATTEMPT, env={"AWS_ENDPOINT_URL": url,
+                                                   "AWS_REGION": "us-east-1"},
+                          credentials=lambda: CREDS)
+    sqs.send_message_batch(QueueUrl="q", Entries=[])
+    boto3s, ours = ({k.lower(): v for k, v in sent.items()} for sent, _ in scripted.sent)
+    assert boto3s["x-amzn-query-mode"] == ours["x-amzn-query-mode"] == "true"
+    assert "x-amzn-query-mode" in signed_names(boto3s["authorization"])
+    names = signed_names(ours["authorization"])
+    assert "x-amzn-query-mode" in names
+    given = {k: v for k, v in ours.items()
+             if k in names and k not in ("host", "x-amz-date", "x-amz-security-token")}
+    at = datetime.strptime(ours["x-amz-date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    theirs = botocore_authorization("POST", url + "/", given, scripted.sent[1][1], "sqs",
+                                    "us-east-1", CREDS, at=at)
+    assert theirs["Authorization"] == ours["authorization"]
 
 
 def test_a_query_string_is_refused_rather_than_signed_wrongly() -> None:
@@ -191,11 +220,12 @@ class Scripted(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         server: Any = self.server
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        received = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with server.lock:
             server.requests.append(self.headers.get("Authorization", ""))
             server.hosts.append(self.headers.get("Host", ""))
             server.agents.append(self.headers.get("User-Agent", ""))
+            server.sent.append((dict(self.headers.items()), received))
             status, body, close, *delay = server.script[
                 min(len(server.requests), len(server.script)) - 1]
         if delay:
@@ -223,7 +253,7 @@ class QuietServer(ThreadingHTTPServer):
 def scripted() -> Iterator[Any]:
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
-    server.hosts, server.agents = [], []
+    server.hosts, server.agents, server.sent = [], [], []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
