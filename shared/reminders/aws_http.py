@@ -69,12 +69,20 @@ DROPPED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 @dataclass(frozen=True)
 class Limits:
     """How long a call may wait and how often it is tried; ``pool`` bounds the idle
-    connections kept per endpoint (the scanner's parallel SendMessageBatch calls)."""
+    connections kept per endpoint (the scanner's parallel SendMessageBatch calls).
+
+    ``max_idle_seconds``: a kept connection idle longer than this is closed, not reused. NAT
+    gateways and load balancers forget an idle flow after about 350 s without telling either
+    end, and a request sent on a connection dropped that way is lost in silence: it costs a
+    full ``read_timeout`` per attempt. The scanner calls every minute, publishers and the
+    redrive function may idle far longer; 30 s keeps well inside every such limit, and a new
+    connection costs a handshake, not a timeout."""
 
     attempts: int = 3
     connect_timeout: float = 3.0
     read_timeout: float = 10.0
     pool: int = 10
+    max_idle_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -197,28 +205,42 @@ def _tls_context() -> Any:
 
 
 class _Pool:
-    """Idle keep-alive connections to one endpoint, at most ``size`` kept."""
+    """Idle keep-alive connections to one endpoint, at most ``limits.pool`` kept, none
+    reused after ``limits.max_idle_seconds`` idle by ``monotonic`` (a machine clock, not the
+    service's business clock: idle age is about sockets, and tests move it)."""
 
-    def __init__(self, url: str, limits: Limits) -> None:
+    def __init__(self, url: str, limits: Limits,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"AWS endpoint must be an http(s) URL, got {url!r}")
         self.https = parts.scheme == "https"
         self.host, self.port = parts.hostname, parts.port
         self.limits = limits
-        self._idle: list[http.client.HTTPConnection] = []
+        self._monotonic = monotonic
+        # (connection, when it was given back), the most recently given back last
+        self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
 
     def take(self, *, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
         """A connection, and whether it was used before (it may have been closed since). A
         kept one with anything to read while it sat idle (the other end closed it, or said
         something before it did, such as a 408) is closed, never sent on: what it holds would
-        be read as the next request's answer."""
+        be read as the next request's answer. So is one idle too long (see :class:`Limits`),
+        with every one kept before it."""
         while not fresh:
             with self._lock:
-                if not self._idle:
-                    break
-                kept = self._idle.pop()
+                # The idle list is in the order connections were given back: the ones idle
+                # too long are at its front.
+                cutoff = self._monotonic() - self.limits.max_idle_seconds
+                old = next((i for i, (_, since) in enumerate(self._idle) if since >= cutoff),
+                           len(self._idle))
+                stale, self._idle = self._idle[:old], self._idle[old:]
+                kept = self._idle.pop()[0] if self._idle else None
+            for idle, _ in stale:
+                idle.close()
+            if kept is None:
+                break
             if not _readable(kept):
                 return kept, True
             kept.close()
@@ -237,14 +259,14 @@ class _Pool:
     def give_back(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             if len(self._idle) < self.limits.pool:
-                self._idle.append(conn)
+                self._idle.append((conn, self._monotonic()))
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 
 
@@ -276,17 +298,22 @@ class Answer:
 
 class Service:
     """One AWS service at one endpoint: signs, sends, retries. ``credentials`` is read on
-    every call (Lambda may hand a process new ones)."""
+    every call (Lambda may hand a process new ones); ``monotonic`` measures how long a kept
+    connection has been idle."""
 
     def __init__(self, service: str, endpoint: str, region: str, limits: Limits,
                  credentials: Callable[[], Credentials | None] = env_credentials,
                  sleep: Callable[[float], None] = time.sleep,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if limits.attempts < 1:
             raise ConfigError(f"AWS call attempts must be at least 1, got {limits.attempts}")
+        if not limits.max_idle_seconds > 0:
+            raise ConfigError("AWS connections' max_idle_seconds must be more than 0, got "
+                              f"{limits.max_idle_seconds}")
         self.service, self.endpoint, self.region = service, endpoint, region
         self.limits = limits
-        self._pool = _Pool(endpoint, limits)
+        self._pool = _Pool(endpoint, limits, monotonic)
         self._credentials = credentials
         self._sleep = sleep
         # AWS compares a signature's time with its own clock (five minutes either way), so a

@@ -226,6 +226,7 @@ class Scripted(BaseHTTPRequestHandler):
             server.hosts.append(self.headers.get("Host", ""))
             server.agents.append(self.headers.get("User-Agent", ""))
             server.sent.append((dict(self.headers.items()), received))
+            server.peers.append(self.client_address)
             status, body, close, *delay = server.script[
                 min(len(server.requests), len(server.script)) - 1]
         if delay:
@@ -253,7 +254,7 @@ class QuietServer(ThreadingHTTPServer):
 def scripted() -> Iterator[Any]:
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
-    server.hosts, server.agents, server.sent = [], [], []
+    server.hosts, server.agents, server.sent, server.peers = [], [], [], []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -380,6 +381,38 @@ def test_a_slow_answer_on_a_kept_connection_counts_as_an_attempt(scripted: Any) 
         sqs.send_message_batch(QueueUrl="q", Entries=[])
     assert (slow.value.status, slow.value.code) == (0, "TimeoutError")
     assert len(scripted.requests) == 2
+
+
+def test_a_connection_idle_longer_than_the_limit_is_closed_not_reused(scripted: Any) -> None:
+    """A kept connection idle past ``max_idle_seconds`` (by the pool's monotonic clock, moved
+    here) may have been forgotten by a NAT gateway on the way: a new one is opened instead.
+    One idle up to the limit is reused."""
+    clock = [1000.0]
+    limits = Limits(attempts=1, max_idle_seconds=30)
+    assert Limits().max_idle_seconds == 30
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{scripted.server_address[1]}",
+                               "us-east-1", limits, lambda: CREDS,
+                               monotonic=lambda: clock[0])
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    try:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 30.0  # idle exactly the limit: reused
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 30.5  # idle past it: a new connection
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 1.0
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        first, second, third, fourth = scripted.peers
+        assert first == second
+        assert third != first and fourth == third
+    finally:
+        service.close()
+
+
+def test_max_idle_seconds_must_be_positive() -> None:
+    with pytest.raises(Exception, match="max_idle_seconds must be more than 0"):
+        aws_http.Service("sqs", "http://127.0.0.1:1", "us-east-1",
+                         Limits(max_idle_seconds=0), lambda: CREDS)
 
 
 class RawServer:
