@@ -442,10 +442,23 @@ class JsonClient:
                            f"not a JSON object: {answer.body[:80]!r}", answer.status)
         return data
 
+    def close(self) -> None:
+        self.service.close()
+
 
 # --- the clients, with boto3's method names ----------------------------------------------------
 
-class SqsClient:
+class _Closable:
+    """``close()``, as a boto3 client has: its kept connections closed (a later call opens
+    new ones)."""
+
+    _c: JsonClient
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class SqsClient(_Closable):
     def __init__(self, json_client: JsonClient) -> None:
         self._c = json_client
 
@@ -471,7 +484,7 @@ class SqsClient:
         return self._c.call("DeleteMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries})
 
 
-class SecretsManagerClient:
+class SecretsManagerClient(_Closable):
     def __init__(self, json_client: JsonClient) -> None:
         self._c = json_client
 
@@ -479,7 +492,7 @@ class SecretsManagerClient:
         return self._c.call("GetSecretValue", {"SecretId": SecretId})
 
 
-class KmsClient:
+class KmsClient(_Closable):
     """Blobs travel base64-encoded in JSON; boto3 hands them over as bytes, and so does this."""
 
     def __init__(self, json_client: JsonClient) -> None:
@@ -505,6 +518,9 @@ class LambdaClient:
 
     def __init__(self, service: Service) -> None:
         self.service = service
+
+    def close(self) -> None:
+        self.service.close()
 
     def invoke(self, *, FunctionName: str, InvocationType: str = "RequestResponse",
                Payload: bytes = b"") -> dict[str, Any]:

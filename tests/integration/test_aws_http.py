@@ -76,8 +76,8 @@ def test_the_host_sent_is_the_host_signed(scripted: Any) -> None:
     https = aws_http.sign("POST", "https://sqs.eu-west-1.amazonaws.com:443/", {}, b"",
                           service="sqs", region="eu-west-1", credentials=CREDS, now=NOW)
     assert https["Host"] == "sqs.eu-west-1.amazonaws.com:443"
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{port}", "us-east-1",
-                               Limits(attempts=1), lambda: CREDS)
+    service = scripted.keep(aws_http.Service("sqs", f"http://127.0.0.1:{port}", "us-east-1",
+                                             Limits(attempts=1), lambda: CREDS))
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     assert scripted.hosts == [f"127.0.0.1:{port}"]
     assert scripted.agents == [aws_http.USER_AGENT]
@@ -93,10 +93,10 @@ def test_sqs_calls_send_the_query_mode_header_signed_as_botocore_signs_it(
     signs the header; the SigV4 client sends the same header, and botocore's signer, given the
     request as it arrived, computes the same signature."""
     url = f"http://127.0.0.1:{scripted.server_address[1]}"
-    stack.aws_client("sqs", url).send_message_batch(QueueUrl="q", Entries=[])
-    sqs = aws_http.client("sqs", ONE_ATTEMPT, env={"AWS_ENDPOINT_URL": url,
-                                                   "AWS_REGION": "us-east-1"},
-                          credentials=lambda: CREDS)
+    scripted.keep(stack.aws_client("sqs", url)).send_message_batch(QueueUrl="q", Entries=[])
+    sqs = scripted.keep(aws_http.client("sqs", ONE_ATTEMPT, env={"AWS_ENDPOINT_URL": url,
+                                                                 "AWS_REGION": "us-east-1"},
+                                        credentials=lambda: CREDS))
     sqs.send_message_batch(QueueUrl="q", Entries=[])
     boto3s, ours = ({k.lower(): v for k, v in sent.items()} for sent, _ in scripted.sent)
     assert boto3s["x-amzn-query-mode"] == ours["x-amzn-query-mode"] == "true"
@@ -135,14 +135,24 @@ def test_the_endpoint_follows_boto3s_order() -> None:
 ONE_ATTEMPT = Limits(attempts=1)
 
 
-def lean(service: str, endpoint: str) -> Any:
-    return stack.service_client(service, endpoint, ONE_ATTEMPT)
+@pytest.fixture
+def lean(moto_endpoint: str) -> Iterator[Callable[[str], Any]]:
+    """The SigV4 client for a service at moto's server (closed after the test)."""
+    made: list[Any] = []
+
+    def make(service: str) -> Any:
+        made.append(stack.service_client(service, moto_endpoint, ONE_ATTEMPT))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
-def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str) -> None:
+def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str, lean: Callable[[str], Any]) -> None:
     boto = stack.aws_client("sqs", moto_endpoint)
     url = boto.create_queue(QueueName="aws-http-sqs")["QueueUrl"]
-    sqs = lean("sqs", moto_endpoint)
+    sqs = lean("sqs")
     entries = [{"Id": str(i), "MessageBody": f'{{"n":{i}}}'} for i in range(10)]
     sent = sqs.send_message_batch(QueueUrl=url, Entries=entries)
     assert sorted(e["Id"] for e in sent["Successful"]) == sorted(str(i) for i in range(10))
@@ -162,7 +172,8 @@ def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str) -> None:
     assert int(left["ApproximateNumberOfMessages"]) == 1
 
 
-def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str) -> None:
+def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str,
+                                                 lean: Callable[[str], Any]) -> None:
     from botocore.exceptions import ClientError
 
     gone = f"{moto_endpoint}/123456789012/no-such-queue"
@@ -170,21 +181,21 @@ def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str) -> None:
         stack.aws_client("sqs", moto_endpoint).get_queue_attributes(
             QueueUrl=gone, AttributeNames=["All"])
     with pytest.raises(AwsError) as ours:
-        lean("sqs", moto_endpoint).get_queue_attributes(QueueUrl=gone, AttributeNames=["All"])
+        lean("sqs").get_queue_attributes(QueueUrl=gone, AttributeNames=["All"])
     assert ours.value.code == boto_error.value.response["Error"]["Code"] == \
         "AWS.SimpleQueueService.NonExistentQueue"
     assert ours.value.status == 400 and not ours.value.retryable
     assert ours.value.response["Error"]["Code"] == ours.value.code
 
 
-def test_secrets_manager_and_kms_round_trip(moto_endpoint: str) -> None:
+def test_secrets_manager_and_kms_round_trip(moto_endpoint: str, lean: Callable[[str], Any]) -> None:
     secret = stack.aws_client("secretsmanager", moto_endpoint).create_secret(
         Name="aws-http-db", SecretString=json.dumps({"username": "u", "password": "p/ss"}))
-    value = lean("secretsmanager", moto_endpoint).get_secret_value(SecretId=secret["ARN"])
+    value = lean("secretsmanager").get_secret_value(SecretId=secret["ARN"])
     assert json.loads(value["SecretString"]) == {"username": "u", "password": "p/ss"}
 
     key = stack.create_secrets_key(moto_endpoint)
-    kms = lean("kms", moto_endpoint)
+    kms = lean("kms")
     context = {"purpose": "test"}
     made = kms.generate_data_key(KeyId=key, KeySpec="AES_256", EncryptionContext=context)
     assert isinstance(made["Plaintext"], bytes) and len(made["Plaintext"]) == 32
@@ -201,9 +212,9 @@ def test_secrets_manager_and_kms_round_trip(moto_endpoint: str) -> None:
     assert wrong.value.code == "InvalidCiphertextException"
 
 
-def test_invoking_a_missing_function_names_lambdas_error(moto_endpoint: str) -> None:
+def test_invoking_a_missing_function_names_lambdas_error(lean: Callable[[str], Any]) -> None:
     with pytest.raises(AwsError) as missing:
-        lean("lambda", moto_endpoint).invoke(FunctionName="no-such-publisher",
+        lean("lambda").invoke(FunctionName="no-such-publisher",
                                              InvocationType="Event", Payload=b"[]")
     assert missing.value.code == "ResourceNotFoundException"
     assert missing.value.status == 404
@@ -252,12 +263,23 @@ class QuietServer(ThreadingHTTPServer):
 
 @pytest.fixture
 def scripted() -> Iterator[Any]:
+    """The server; ``keep(client)`` hands it a client (anything with ``close()``) to close
+    after the test, before the server stops."""
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
     server.hosts, server.agents, server.sent, server.peers = [], [], [], []
+    kept: list[Any] = []
+
+    def keep(client: Any) -> Any:
+        kept.append(client)
+        return client
+
+    server.keep = keep
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
+    for client in kept:
+        client.close()
     server.shutdown()
     server.server_close()
 
@@ -265,7 +287,9 @@ def scripted() -> Iterator[Any]:
 def scripted_sqs(server: Any, limits: Limits, sleeps: list[float]) -> aws_http.SqsClient:
     service = aws_http.Service("sqs", f"http://127.0.0.1:{server.server_address[1]}",
                                "us-east-1", limits, lambda: CREDS, sleep=sleeps.append)
-    return aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    server.keep(sqs)
+    return sqs
 
 
 THROTTLED = (400, {"__type": "com.amazonaws.sqs#RequestThrottled", "message": "slow down"},
@@ -554,8 +578,9 @@ def test_an_answer_cut_short_counts_as_an_attempt_even_on_a_kept_connection() ->
 
 
 def test_requests_are_signed_at_the_machines_clock_not_a_fixed_one(scripted: Any) -> None:
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{scripted.server_address[1]}",
-                               "us-east-1", Limits(attempts=1), lambda: CREDS)
+    service = scripted.keep(aws_http.Service(
+        "sqs", f"http://127.0.0.1:{scripted.server_address[1]}", "us-east-1",
+        Limits(attempts=1), lambda: CREDS))
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     today = datetime.now(UTC).strftime("%Y%m%d")
     assert f"Credential=AKIDEXAMPLE/{today}/us-east-1/sqs/aws4_request" in scripted.requests[0]
