@@ -1,11 +1,12 @@
 """The AWS calls the Lambda functions make on their hot path, without boto3.
 
 SQS, Secrets Manager and KMS speak AWS's JSON protocol, and Lambda's Invoke is one POST: each
-call here is a SigV4-signed request over ``http.client``, with the standard retry rule
-(throttling, 5xx and connection errors, full-jitter exponential backoff, a bounded number of
-attempts) and pooled keep-alive connections. Importing boto3 and building one client costs a
-function's cold start more than everything else it loads but psycopg (docs/BENCHMARKS.md,
-``cold_start``); this module costs a few standard-library imports.
+call here is a SigV4-signed request over ``http.client``, with botocore's standard retry rule
+(throttling and transient error codes, 429 and 5xx statuses, connection errors; full-jitter
+exponential backoff, a bounded number of attempts) and pooled keep-alive connections.
+Importing boto3 and building one client costs a function's cold start more than everything
+else it loads but psycopg (docs/BENCHMARKS.md, ``cold_start``); this module costs a few
+standard-library imports.
 
 Each client has the boto3 method names, arguments and answers the service modules use
 (``queue.py``, ``kms.py``, ``lambdas.py``, ``aws.read_db_secret``), so those modules take
@@ -35,15 +36,26 @@ from urllib.parse import quote, urlsplit
 from reminders import __version__
 from reminders.errors import ConfigError
 
-# Error codes AWS uses for "slow down": retried like a 5xx (botocore's standard mode list).
+# What is tried again is botocore's standard retry mode (botocore/retries/standard.py), so a call
+# through this client and one through boto3 give up on the same answers:
+# - the error codes for "slow down" (its ThrottledRetryableChecker);
 THROTTLING_CODES = frozenset({
     "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
     "TooManyRequestsException", "ProvisionedThroughputExceededException",
     "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
     "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
-    "EC2ThrottledException", "AWS.SimpleQueueService.RequestThrottled",
+    "EC2ThrottledException",
 })
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# - the error codes and statuses of a transient failure (its TransientRetryableChecker);
+TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException",
+                             "PriorRequestNotComplete"})
+TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+# - a 429 whatever its code (its ThrottlingStatusCodeChecker), which botocore skips only when the
+#   code is one of the operation's modelled errors: for the calls made here the one modelled
+#   error AWS answers with a 429 is Lambda's TooManyRequestsException, a throttling code anyway.
+THROTTLING_STATUS = frozenset({429})
+# (SQS's throttling answer carries the query code "RequestThrottled"; none of the services
+# called here models an error as retryable, botocore's fourth rule.)
 # What CloudTrail records as the caller's agent.
 USER_AGENT = f"reminders/{__version__} (SigV4 over http.client)"
 MAX_BACKOFF_SECONDS = 20.0
@@ -57,12 +69,20 @@ DROPPED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 @dataclass(frozen=True)
 class Limits:
     """How long a call may wait and how often it is tried; ``pool`` bounds the idle
-    connections kept per endpoint (the scanner's parallel SendMessageBatch calls)."""
+    connections kept per endpoint (the scanner's parallel SendMessageBatch calls).
+
+    ``max_idle_seconds``: a kept connection idle longer than this is closed, not reused. NAT
+    gateways and load balancers forget an idle flow after about 350 s without telling either
+    end, and a request sent on a connection dropped that way is lost in silence: it costs a
+    full ``read_timeout`` per attempt. The scanner calls every minute, publishers and the
+    redrive function may idle far longer; 30 s keeps well inside every such limit, and a new
+    connection costs a handshake, not a timeout."""
 
     attempts: int = 3
     connect_timeout: float = 3.0
     read_timeout: float = 10.0
     pool: int = 10
+    max_idle_seconds: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +114,12 @@ class AwsError(Exception):
 
     @property
     def retryable(self) -> bool:
-        return self.status in RETRYABLE_STATUS or self.code in THROTTLING_CODES
+        """Whether botocore's standard mode would try the call again. A 429 is, whatever its
+        code: botocore does so for any code the operation does not model, and the one 429 the
+        calls here model (Lambda's TooManyRequestsException) is a throttling code. A
+        connection error (``status`` 0) is tried again too: see :meth:`Service.send`."""
+        return (self.code in THROTTLING_CODES or self.code in TRANSIENT_CODES
+                or self.status in TRANSIENT_STATUS or self.status in THROTTLING_STATUS)
 
 
 # --- signing -----------------------------------------------------------------------------------
@@ -180,28 +205,42 @@ def _tls_context() -> Any:
 
 
 class _Pool:
-    """Idle keep-alive connections to one endpoint, at most ``size`` kept."""
+    """Idle keep-alive connections to one endpoint, at most ``limits.pool`` kept, none
+    reused after ``limits.max_idle_seconds`` idle by ``monotonic`` (a machine clock, not the
+    service's business clock: idle age is about sockets, and tests move it)."""
 
-    def __init__(self, url: str, limits: Limits) -> None:
+    def __init__(self, url: str, limits: Limits,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"AWS endpoint must be an http(s) URL, got {url!r}")
         self.https = parts.scheme == "https"
         self.host, self.port = parts.hostname, parts.port
         self.limits = limits
-        self._idle: list[http.client.HTTPConnection] = []
+        self._monotonic = monotonic
+        # (connection, when it was given back), the most recently given back last
+        self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
 
     def take(self, *, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
         """A connection, and whether it was used before (it may have been closed since). A
         kept one with anything to read while it sat idle (the other end closed it, or said
         something before it did, such as a 408) is closed, never sent on: what it holds would
-        be read as the next request's answer."""
+        be read as the next request's answer. So is one idle too long (see :class:`Limits`),
+        with every one kept before it."""
         while not fresh:
             with self._lock:
-                if not self._idle:
-                    break
-                kept = self._idle.pop()
+                # The idle list is in the order connections were given back: the ones idle
+                # too long are at its front.
+                cutoff = self._monotonic() - self.limits.max_idle_seconds
+                old = next((i for i, (_, since) in enumerate(self._idle) if since >= cutoff),
+                           len(self._idle))
+                stale, self._idle = self._idle[:old], self._idle[old:]
+                kept = self._idle.pop()[0] if self._idle else None
+            for idle, _ in stale:
+                idle.close()
+            if kept is None:
+                break
             if not _readable(kept):
                 return kept, True
             kept.close()
@@ -220,14 +259,14 @@ class _Pool:
     def give_back(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             if len(self._idle) < self.limits.pool:
-                self._idle.append(conn)
+                self._idle.append((conn, self._monotonic()))
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 
 
@@ -259,17 +298,22 @@ class Answer:
 
 class Service:
     """One AWS service at one endpoint: signs, sends, retries. ``credentials`` is read on
-    every call (Lambda may hand a process new ones)."""
+    every call (Lambda may hand a process new ones); ``monotonic`` measures how long a kept
+    connection has been idle."""
 
     def __init__(self, service: str, endpoint: str, region: str, limits: Limits,
                  credentials: Callable[[], Credentials | None] = env_credentials,
                  sleep: Callable[[float], None] = time.sleep,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if limits.attempts < 1:
             raise ConfigError(f"AWS call attempts must be at least 1, got {limits.attempts}")
+        if not limits.max_idle_seconds > 0:
+            raise ConfigError("AWS connections' max_idle_seconds must be more than 0, got "
+                              f"{limits.max_idle_seconds}")
         self.service, self.endpoint, self.region = service, endpoint, region
         self.limits = limits
-        self._pool = _Pool(endpoint, limits)
+        self._pool = _Pool(endpoint, limits, monotonic)
         self._credentials = credentials
         self._sleep = sleep
         # AWS compares a signature's time with its own clock (five minutes either way), so a
@@ -371,17 +415,23 @@ def _json_error(operation: str) -> Callable[[Answer], AwsError]:
 
 class JsonClient:
     """A service speaking AWS's JSON protocol: every call a POST of its arguments to ``/``,
-    the operation named in ``X-Amz-Target``."""
+    the operation named in ``X-Amz-Target``. A ``query_compatible`` service (SQS, which spoke
+    the query protocol first) is sent ``x-amzn-query-mode: true``, signed, as botocore sends
+    it: it then answers an error with its query code in ``x-amzn-query-error``
+    (``AWS.SimpleQueueService.NonExistentQueue``), the code boto3 reports."""
 
-    def __init__(self, service: Service, target_prefix: str, json_version: str) -> None:
+    def __init__(self, service: Service, target_prefix: str, json_version: str,
+                 *, query_compatible: bool = False) -> None:
         self.service = service
         self._prefix = target_prefix
-        self._content_type = f"application/x-amz-json-{json_version}"
+        self._headers = {"Content-Type": f"application/x-amz-json-{json_version}"}
+        if query_compatible:
+            self._headers["x-amzn-query-mode"] = "true"
 
     def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         body = json.dumps(params, separators=(",", ":")).encode()
         answer = self.service.send(operation, "POST", "/", {
-            "Content-Type": self._content_type, "X-Amz-Target": f"{self._prefix}.{operation}"},
+            **self._headers, "X-Amz-Target": f"{self._prefix}.{operation}"},
             body, _json_error(operation))
         try:
             data = json.loads(answer.body or b"{}")
@@ -392,10 +442,23 @@ class JsonClient:
                            f"not a JSON object: {answer.body[:80]!r}", answer.status)
         return data
 
+    def close(self) -> None:
+        self.service.close()
+
 
 # --- the clients, with boto3's method names ----------------------------------------------------
 
-class SqsClient:
+class _Closable:
+    """``close()``, as a boto3 client has: its kept connections closed (a later call opens
+    new ones)."""
+
+    _c: JsonClient
+
+    def close(self) -> None:
+        self._c.close()
+
+
+class SqsClient(_Closable):
     def __init__(self, json_client: JsonClient) -> None:
         self._c = json_client
 
@@ -421,7 +484,7 @@ class SqsClient:
         return self._c.call("DeleteMessageBatch", {"QueueUrl": QueueUrl, "Entries": Entries})
 
 
-class SecretsManagerClient:
+class SecretsManagerClient(_Closable):
     def __init__(self, json_client: JsonClient) -> None:
         self._c = json_client
 
@@ -429,7 +492,7 @@ class SecretsManagerClient:
         return self._c.call("GetSecretValue", {"SecretId": SecretId})
 
 
-class KmsClient:
+class KmsClient(_Closable):
     """Blobs travel base64-encoded in JSON; boto3 hands them over as bytes, and so does this."""
 
     def __init__(self, json_client: JsonClient) -> None:
@@ -456,6 +519,9 @@ class LambdaClient:
     def __init__(self, service: Service) -> None:
         self.service = service
 
+    def close(self) -> None:
+        self.service.close()
+
     def invoke(self, *, FunctionName: str, InvocationType: str = "RequestResponse",
                Payload: bytes = b"") -> dict[str, Any]:
         path = f"/2015-03-31/functions/{quote(FunctionName, safe='')}/invocations"
@@ -478,12 +544,13 @@ class _Body:
         return self._data
 
 
-# service name -> (endpoint service id, endpoint prefix, signing name, JSON target, version)
+# service name -> (endpoint service id, endpoint prefix, signing name, JSON target, version,
+# query compatible: botocore's model says awsQueryCompatible)
 _JSON_SERVICES = {
-    "sqs": ("SQS", "sqs", "sqs", "AmazonSQS", "1.0"),
+    "sqs": ("SQS", "sqs", "sqs", "AmazonSQS", "1.0", True),
     "secretsmanager": ("Secrets Manager", "secretsmanager", "secretsmanager", "secretsmanager",
-                       "1.1"),
-    "kms": ("KMS", "kms", "kms", "TrentService", "1.1"),
+                       "1.1", False),
+    "kms": ("KMS", "kms", "kms", "TrentService", "1.1", False),
 }
 SERVICES = frozenset({*_JSON_SERVICES, "lambda"})
 
@@ -498,9 +565,10 @@ def client(service: str, limits: Limits, env: Mapping[str, str] | None = None,
                                     region, limits, credentials))
     if service not in _JSON_SERVICES:
         raise ConfigError(f"no lean client for {service!r}; use boto3")
-    service_id, prefix, signing, target, version = _JSON_SERVICES[service]
+    service_id, prefix, signing, target, version, query_compatible = _JSON_SERVICES[service]
     json_client = JsonClient(Service(signing, endpoint_url(service_id, prefix, region, env),
-                                     region, limits, credentials), target, version)
+                                     region, limits, credentials), target, version,
+                             query_compatible=query_compatible)
     makers: dict[str, Callable[[JsonClient], Any]] = {
         "sqs": SqsClient, "secretsmanager": SecretsManagerClient, "kms": KmsClient}
     return makers[service](json_client)

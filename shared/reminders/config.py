@@ -25,6 +25,40 @@ DEFAULT_SCHEMA = "reminders"
 MAX_PUBLISH_CHUNK = 2000
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
+_CONFIG = "shared/reminders/config.py"
+# Every REMINDERS_* variable the project reads, with the file that reads it. Loading the
+# settings refuses any other REMINDERS_ name in the environment: a misspelt one would otherwise
+# be ignored without a word and its default used. The names only tools and tests read are here
+# too, since they may be set in the shell the command line runs in. tests/unit/test_setting_names.py
+# checks that the source tree uses no other name and that each is read where this says.
+KNOWN_VARIABLES: dict[str, str] = {
+    **dict.fromkeys((
+        "REMINDERS_SCAN_BATCH", "REMINDERS_INFLIGHT_BUDGET", "REMINDERS_LEASE_SECONDS",
+        "REMINDERS_REDRIVE_BUDGET", "REMINDERS_WORK_ROUNDS", "REMINDERS_MAX_EMPTY_LEASES",
+        "REMINDERS_DB_LOCK_TIMEOUT_MS", "REMINDERS_DB_STATEMENT_TIMEOUT_MS",
+        "REMINDERS_INVOCATION_MARGIN", "REMINDERS_SEND_CONCURRENCY", "REMINDERS_MAX_RETRY_DELAY",
+        "REMINDERS_SCAN_SECONDS", "REMINDERS_PUBLISH_CONCURRENCY", "REMINDERS_PUBLISH_CHUNK",
+        "REMINDERS_RETENTION_BATCH", "REMINDERS_DB_IDLE_CHECK_SECONDS", "REMINDERS_FIRST_BATCH",
+        "REMINDERS_DB_SCHEMA", "REMINDERS_DB_HOST", "REMINDERS_DB_SECRET_ARN",
+        "REMINDERS_DB_NAME", "REMINDERS_DB_SSLMODE", "REMINDERS_DB_PORT",
+        "REMINDERS_DB_SSLROOTCERT", "REMINDERS_QUEUE_URL", "REMINDERS_DLQ_URL",
+        "REMINDERS_PARKING_QUEUE_URL", "REMINDERS_DB_PREPARE", "REMINDERS_WEBHOOK_ALLOW",
+        "REMINDERS_EMAIL_SENDER", "REMINDERS_WEBHOOK_CONNECT_TIMEOUT",
+        "REMINDERS_WEBHOOK_READ_TIMEOUT", "REMINDERS_SEND_TIMEOUT", "REMINDERS_SECRETS_KEY_ID",
+        "REMINDERS_PUBLISHER_FUNCTION"), _CONFIG),
+    "REMINDERS_NOW": "shared/reminders/clock.py",
+    "REMINDERS_ACTOR": "shared/reminders/operator.py",
+    "REMINDERS_STS_ENDPOINT": "shared/reminders/ops.py",
+    "REMINDERS_DEBUG": "shared/reminders/cli.py",
+    "REMINDERS_HOME": "shared/reminders/local/stack.py",
+    "REMINDERS_DEMO_LOGS": "shared/reminders/local/demo.py",
+    "REMINDERS_DRILL_LOGS": "shared/reminders/local/drills.py",
+    "REMINDERS_BYTECODE_PYTHON": "infra/layer.py",
+    "REMINDERS_TEST_DATABASE_URL": "tests/conftest.py",
+    "REMINDERS_UPDATE_SCHEMA": "tests/integration/test_migrations.py",
+    "REMINDERS_CHROMIUM": "tests/integration/test_console.py",
+}
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -200,8 +234,27 @@ def queues_from_env(env: Mapping[str, str]) -> QueueUrls | None:
     return QueueUrls(*values)
 
 
+def check_names(env: Mapping[str, str]) -> None:
+    """:class:`ConfigError` naming every ``REMINDERS_`` variable in ``env`` that is not one of
+    :data:`KNOWN_VARIABLES`, each with the known name closest to it."""
+    unknown = sorted(name for name in env
+                     if name.startswith("REMINDERS_") and name not in KNOWN_VARIABLES)
+    if not unknown:
+        return
+    import difflib
+
+    named = ", ".join(
+        f"{name} (did you mean {difflib.get_close_matches(name, KNOWN_VARIABLES, 1, 0)[0]}?)"
+        for name in unknown)
+    raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {named}; "
+                      "README.md's Settings lists the REMINDERS_ variables")
+
+
 def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings in ``environ`` (the process's environment by default), every one checked;
+    an unknown ``REMINDERS_`` variable is an error too (see :func:`check_names`)."""
     env = os.environ if environ is None else environ
+    check_names(env)
     return Settings(
         database_url=database_url_from_env(env),
         db_prepare=_bool(env, "REMINDERS_DB_PREPARE", True),

@@ -121,9 +121,10 @@ class ChunkSender:
 def sender_from_env(environ: Mapping[str, str] | None = None) -> ChunkSender:
     """The publisher's settings: the queue and its SendMessageBatch concurrency (no database)."""
     from reminders import aws
-    from reminders.config import limits_from_env
+    from reminders.config import check_names, limits_from_env
 
     env = os.environ if environ is None else environ
+    check_names(env)
     url = env.get("REMINDERS_QUEUE_URL")
     if not url:
         raise ConfigError("REMINDERS_QUEUE_URL is not set: the publisher sends to it")

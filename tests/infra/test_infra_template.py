@@ -13,7 +13,7 @@ from aws_cdk.assertions import Match
 
 from infra.constructs.functions import check_visibility
 from infra.settings import SettingsError
-from reminders.config import limits_from_env
+from reminders.config import KNOWN_VARIABLES, check_names, limits_from_env
 from tests.infra.synth import Synthesized
 
 FUNCTIONS = ("scanner", "consumer", "redrive", "migrate")
@@ -277,6 +277,23 @@ def test_every_function_gets_the_settings_it_reads(default: Synthesized) -> None
         assert variables["POWERTOOLS_SERVICE_NAME"] == "reminders"
         assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Reminders"
         assert variables["REMINDERS_WEBHOOK_ALLOW"] == ""
+
+
+def test_every_functions_settings_are_names_the_code_knows(
+        default: Synthesized, switched: Synthesized, bastion: Synthesized,
+        existing_db: Synthesized) -> None:
+    """A misspelt name in the stack would stop a function at its cold start (loading the
+    settings refuses an unknown REMINDERS_ variable): none reaches a deploy."""
+    seen: set[str] = set()
+    for synth in (default, switched, bastion, existing_db):
+        for logical_id, function in synth.resources("AWS::Lambda::Function").items():
+            variables = function["Properties"].get("Environment", {}).get("Variables", {})
+            names = {name for name in variables if name.startswith("REMINDERS_")}
+            assert names <= set(KNOWN_VARIABLES), (logical_id, names - set(KNOWN_VARIABLES))
+            check_names(variables)
+            seen |= names
+    assert {"REMINDERS_QUEUE_URL", "REMINDERS_STS_ENDPOINT", "REMINDERS_PUBLISHER_FUNCTION"} \
+        <= seen
 
 
 def _variables(synth: Synthesized, name: str) -> dict[str, Any]:

@@ -29,7 +29,8 @@ CREDS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "
 
 
 def botocore_authorization(method: str, url: str, headers: dict[str, str], body: bytes,
-                           service: str, region: str, creds: Credentials) -> dict[str, str]:
+                           service: str, region: str, creds: Credentials,
+                           at: datetime = NOW) -> dict[str, str]:
     """What botocore's own SigV4 signer puts on the same request at the same instant."""
     from unittest import mock
 
@@ -39,7 +40,7 @@ def botocore_authorization(method: str, url: str, headers: dict[str, str], body:
 
     request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
     # botocore reads the time itself; it is given the test's instant.
-    with mock.patch("botocore.auth.get_current_datetime", return_value=NOW.replace(tzinfo=None)):
+    with mock.patch("botocore.auth.get_current_datetime", return_value=at.replace(tzinfo=None)):
         SigV4Auth(BotoCredentials(creds.access_key, creds.secret_key, creds.token),
                   service, region).add_auth(request)
     return {k: v for k, v in request.headers.items()}
@@ -47,7 +48,7 @@ def botocore_authorization(method: str, url: str, headers: dict[str, str], body:
 
 @pytest.mark.parametrize(("service", "url", "headers", "body"), [
     ("sqs", "https://sqs.eu-west-1.amazonaws.com/",
-     {"Content-Type": "application/x-amz-json-1.0",
+     {"Content-Type": "application/x-amz-json-1.0", "x-amzn-query-mode": "true",
       "X-Amz-Target": "AmazonSQS.SendMessageBatch"}, b'{"QueueUrl":"q","Entries":[]}'),
     # An ARN in the path: percent-encoded once in the URL, once more when signed.
     ("lambda", "https://lambda.eu-west-1.amazonaws.com/2015-03-31/functions/"
@@ -75,11 +76,39 @@ def test_the_host_sent_is_the_host_signed(scripted: Any) -> None:
     https = aws_http.sign("POST", "https://sqs.eu-west-1.amazonaws.com:443/", {}, b"",
                           service="sqs", region="eu-west-1", credentials=CREDS, now=NOW)
     assert https["Host"] == "sqs.eu-west-1.amazonaws.com:443"
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{port}", "us-east-1",
-                               Limits(attempts=1), lambda: CREDS)
+    service = scripted.keep(aws_http.Service("sqs", f"http://127.0.0.1:{port}", "us-east-1",
+                                             Limits(attempts=1), lambda: CREDS))
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     assert scripted.hosts == [f"127.0.0.1:{port}"]
     assert scripted.agents == [aws_http.USER_AGENT]
+
+
+def signed_names(authorization: str) -> list[str]:
+    return authorization.partition("SignedHeaders=")[2].partition(",")[0].split(";")
+
+
+def test_sqs_calls_send_the_query_mode_header_signed_as_botocore_signs_it(
+        scripted: Any) -> None:
+    """boto3 tells SQS it wants the query protocol's error codes (``x-amzn-query-mode``) and
+    signs the header; the SigV4 client sends the same header, and botocore's signer, given the
+    request as it arrived, computes the same signature."""
+    url = f"http://127.0.0.1:{scripted.server_address[1]}"
+    scripted.keep(stack.aws_client("sqs", url)).send_message_batch(QueueUrl="q", Entries=[])
+    sqs = scripted.keep(aws_http.client("sqs", ONE_ATTEMPT, env={"AWS_ENDPOINT_URL": url,
+                                                                 "AWS_REGION": "us-east-1"},
+                                        credentials=lambda: CREDS))
+    sqs.send_message_batch(QueueUrl="q", Entries=[])
+    boto3s, ours = ({k.lower(): v for k, v in sent.items()} for sent, _ in scripted.sent)
+    assert boto3s["x-amzn-query-mode"] == ours["x-amzn-query-mode"] == "true"
+    assert "x-amzn-query-mode" in signed_names(boto3s["authorization"])
+    names = signed_names(ours["authorization"])
+    assert "x-amzn-query-mode" in names
+    given = {k: v for k, v in ours.items()
+             if k in names and k not in ("host", "x-amz-date", "x-amz-security-token")}
+    at = datetime.strptime(ours["x-amz-date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    theirs = botocore_authorization("POST", url + "/", given, scripted.sent[1][1], "sqs",
+                                    "us-east-1", CREDS, at=at)
+    assert theirs["Authorization"] == ours["authorization"]
 
 
 def test_a_query_string_is_refused_rather_than_signed_wrongly() -> None:
@@ -106,14 +135,24 @@ def test_the_endpoint_follows_boto3s_order() -> None:
 ONE_ATTEMPT = Limits(attempts=1)
 
 
-def lean(service: str, endpoint: str) -> Any:
-    return stack.service_client(service, endpoint, ONE_ATTEMPT)
+@pytest.fixture
+def lean(moto_endpoint: str) -> Iterator[Callable[[str], Any]]:
+    """The SigV4 client for a service at moto's server (closed after the test)."""
+    made: list[Any] = []
+
+    def make(service: str) -> Any:
+        made.append(stack.service_client(service, moto_endpoint, ONE_ATTEMPT))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
-def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str) -> None:
+def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str, lean: Callable[[str], Any]) -> None:
     boto = stack.aws_client("sqs", moto_endpoint)
     url = boto.create_queue(QueueName="aws-http-sqs")["QueueUrl"]
-    sqs = lean("sqs", moto_endpoint)
+    sqs = lean("sqs")
     entries = [{"Id": str(i), "MessageBody": f'{{"n":{i}}}'} for i in range(10)]
     sent = sqs.send_message_batch(QueueUrl=url, Entries=entries)
     assert sorted(e["Id"] for e in sent["Successful"]) == sorted(str(i) for i in range(10))
@@ -133,7 +172,8 @@ def test_sqs_calls_answer_as_boto3s_do(moto_endpoint: str) -> None:
     assert int(left["ApproximateNumberOfMessages"]) == 1
 
 
-def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str) -> None:
+def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str,
+                                                 lean: Callable[[str], Any]) -> None:
     from botocore.exceptions import ClientError
 
     gone = f"{moto_endpoint}/123456789012/no-such-queue"
@@ -141,21 +181,21 @@ def test_an_sqs_error_has_the_code_boto3_reports(moto_endpoint: str) -> None:
         stack.aws_client("sqs", moto_endpoint).get_queue_attributes(
             QueueUrl=gone, AttributeNames=["All"])
     with pytest.raises(AwsError) as ours:
-        lean("sqs", moto_endpoint).get_queue_attributes(QueueUrl=gone, AttributeNames=["All"])
+        lean("sqs").get_queue_attributes(QueueUrl=gone, AttributeNames=["All"])
     assert ours.value.code == boto_error.value.response["Error"]["Code"] == \
         "AWS.SimpleQueueService.NonExistentQueue"
     assert ours.value.status == 400 and not ours.value.retryable
     assert ours.value.response["Error"]["Code"] == ours.value.code
 
 
-def test_secrets_manager_and_kms_round_trip(moto_endpoint: str) -> None:
+def test_secrets_manager_and_kms_round_trip(moto_endpoint: str, lean: Callable[[str], Any]) -> None:
     secret = stack.aws_client("secretsmanager", moto_endpoint).create_secret(
         Name="aws-http-db", SecretString=json.dumps({"username": "u", "password": "p/ss"}))
-    value = lean("secretsmanager", moto_endpoint).get_secret_value(SecretId=secret["ARN"])
+    value = lean("secretsmanager").get_secret_value(SecretId=secret["ARN"])
     assert json.loads(value["SecretString"]) == {"username": "u", "password": "p/ss"}
 
     key = stack.create_secrets_key(moto_endpoint)
-    kms = lean("kms", moto_endpoint)
+    kms = lean("kms")
     context = {"purpose": "test"}
     made = kms.generate_data_key(KeyId=key, KeySpec="AES_256", EncryptionContext=context)
     assert isinstance(made["Plaintext"], bytes) and len(made["Plaintext"]) == 32
@@ -172,9 +212,9 @@ def test_secrets_manager_and_kms_round_trip(moto_endpoint: str) -> None:
     assert wrong.value.code == "InvalidCiphertextException"
 
 
-def test_invoking_a_missing_function_names_lambdas_error(moto_endpoint: str) -> None:
+def test_invoking_a_missing_function_names_lambdas_error(lean: Callable[[str], Any]) -> None:
     with pytest.raises(AwsError) as missing:
-        lean("lambda", moto_endpoint).invoke(FunctionName="no-such-publisher",
+        lean("lambda").invoke(FunctionName="no-such-publisher",
                                              InvocationType="Event", Payload=b"[]")
     assert missing.value.code == "ResourceNotFoundException"
     assert missing.value.status == 404
@@ -191,11 +231,13 @@ class Scripted(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         server: Any = self.server
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        received = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with server.lock:
             server.requests.append(self.headers.get("Authorization", ""))
             server.hosts.append(self.headers.get("Host", ""))
             server.agents.append(self.headers.get("User-Agent", ""))
+            server.sent.append((dict(self.headers.items()), received))
+            server.peers.append(self.client_address)
             status, body, close, *delay = server.script[
                 min(len(server.requests), len(server.script)) - 1]
         if delay:
@@ -221,12 +263,23 @@ class QuietServer(ThreadingHTTPServer):
 
 @pytest.fixture
 def scripted() -> Iterator[Any]:
+    """The server; ``keep(client)`` hands it a client (anything with ``close()``) to close
+    after the test, before the server stops."""
     server: Any = QuietServer(("127.0.0.1", 0), Scripted)
     server.lock, server.requests, server.script = threading.Lock(), [], [(200, {}, False)]
-    server.hosts, server.agents = [], []
+    server.hosts, server.agents, server.sent, server.peers = [], [], [], []
+    kept: list[Any] = []
+
+    def keep(client: Any) -> Any:
+        kept.append(client)
+        return client
+
+    server.keep = keep
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
+    for client in kept:
+        client.close()
     server.shutdown()
     server.server_close()
 
@@ -234,7 +287,9 @@ def scripted() -> Iterator[Any]:
 def scripted_sqs(server: Any, limits: Limits, sleeps: list[float]) -> aws_http.SqsClient:
     service = aws_http.Service("sqs", f"http://127.0.0.1:{server.server_address[1]}",
                                "us-east-1", limits, lambda: CREDS, sleep=sleeps.append)
-    return aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    server.keep(sqs)
+    return sqs
 
 
 THROTTLED = (400, {"__type": "com.amazonaws.sqs#RequestThrottled", "message": "slow down"},
@@ -251,6 +306,62 @@ def test_throttling_and_5xx_are_retried_with_backoff_then_succeed(scripted: Any)
     assert answer["Successful"] == [{"Id": "0"}]
     assert len(scripted.requests) == 3
     assert len(sleeps) == 2 and 0 <= sleeps[0] <= 1.0 and 0 <= sleeps[1] <= 2.0
+
+
+@pytest.mark.parametrize("answer", [
+    (400, {"__type": "RequestTimeout", "message": "idle too long"}, False),
+    (408, {"__type": "com.amazonaws.kms#RequestTimeoutException", "message": "slow"}, False),
+    (400, {"__type": "PriorRequestNotComplete", "message": "still busy"}, False),
+    (429, {}, False),  # no code at all: botocore retries a 429 by its status
+])
+def test_botocores_transient_codes_and_a_bare_429_are_retried(scripted: Any,
+                                                               answer: Any) -> None:
+    scripted.script = [answer, OK]
+    sleeps: list[float] = []
+    sqs = scripted_sqs(scripted, Limits(attempts=2), sleeps)
+    assert sqs.send_message_batch(QueueUrl="q", Entries=[])["Successful"] == [{"Id": "0"}]
+    assert len(scripted.requests) == 2 and len(sleeps) == 1
+
+
+def test_a_code_botocore_does_not_retry_is_not_retried(scripted: Any) -> None:
+    """SQS says "slow down" with the query code RequestThrottled; a code with SQS's
+    namespace in front is no throttling code botocore knows, so it gives up at once."""
+    scripted.script = [(400, {"__type": "AWS.SimpleQueueService.RequestThrottled"}, False), OK]
+    with pytest.raises(AwsError) as refused:
+        scripted_sqs(scripted, Limits(attempts=3), []).send_message_batch(
+            QueueUrl="q", Entries=[])
+    assert refused.value.code == "AWS.SimpleQueueService.RequestThrottled"
+    assert len(scripted.requests) == 1
+
+
+def test_the_retry_rule_is_botocores_standard_mode() -> None:
+    """The same lists as botocore's standard mode, and every error the calls made here model
+    with a 429 (which botocore would not retry by its status alone) is a throttling code."""
+    import importlib
+
+    import botocore.session
+
+    standard: Any = importlib.import_module("botocore.retries.standard")
+    transient = standard.TransientRetryableChecker
+    assert frozenset(standard.ThrottledRetryableChecker._THROTTLED_ERROR_CODES) == \
+        aws_http.THROTTLING_CODES
+    assert frozenset(transient._TRANSIENT_ERROR_CODES) == aws_http.TRANSIENT_CODES
+    assert frozenset(transient._TRANSIENT_STATUS_CODES) == aws_http.TRANSIENT_STATUS
+    assert frozenset(standard.ThrottlingStatusCodeChecker._THROTTLING_STATUS_CODES) == \
+        aws_http.THROTTLING_STATUS
+    session = botocore.session.get_session()
+    calls = {"sqs": ["SendMessageBatch", "SendMessage", "GetQueueAttributes",
+                     "ReceiveMessage", "DeleteMessageBatch"],
+             "secretsmanager": ["GetSecretValue"], "kms": ["GenerateDataKey", "Decrypt"],
+             "lambda": ["Invoke"]}
+    for service, operations in calls.items():
+        model = session.get_service_model(service)
+        for operation in operations:
+            for shape in model.operation_model(operation).error_shapes:
+                assert shape.metadata.get("retryable") is None, (operation, shape.name)
+                if shape.metadata.get("error", {}).get("httpStatusCode") == 429:
+                    code = shape.metadata["error"].get("code") or shape.name
+                    assert code in aws_http.THROTTLING_CODES, (operation, code)
 
 
 def test_the_attempts_are_bounded(scripted: Any) -> None:
@@ -294,6 +405,38 @@ def test_a_slow_answer_on_a_kept_connection_counts_as_an_attempt(scripted: Any) 
         sqs.send_message_batch(QueueUrl="q", Entries=[])
     assert (slow.value.status, slow.value.code) == (0, "TimeoutError")
     assert len(scripted.requests) == 2
+
+
+def test_a_connection_idle_longer_than_the_limit_is_closed_not_reused(scripted: Any) -> None:
+    """A kept connection idle past ``max_idle_seconds`` (by the pool's monotonic clock, moved
+    here) may have been forgotten by a NAT gateway on the way: a new one is opened instead.
+    One idle up to the limit is reused."""
+    clock = [1000.0]
+    limits = Limits(attempts=1, max_idle_seconds=30)
+    assert Limits().max_idle_seconds == 30
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{scripted.server_address[1]}",
+                               "us-east-1", limits, lambda: CREDS,
+                               monotonic=lambda: clock[0])
+    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    try:
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 30.0  # idle exactly the limit: reused
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 30.5  # idle past it: a new connection
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        clock[0] += 1.0
+        sqs.send_message_batch(QueueUrl="q", Entries=[])
+        first, second, third, fourth = scripted.peers
+        assert first == second
+        assert third != first and fourth == third
+    finally:
+        service.close()
+
+
+def test_max_idle_seconds_must_be_positive() -> None:
+    with pytest.raises(Exception, match="max_idle_seconds must be more than 0"):
+        aws_http.Service("sqs", "http://127.0.0.1:1", "us-east-1",
+                         Limits(max_idle_seconds=0), lambda: CREDS)
 
 
 class RawServer:
@@ -435,8 +578,9 @@ def test_an_answer_cut_short_counts_as_an_attempt_even_on_a_kept_connection() ->
 
 
 def test_requests_are_signed_at_the_machines_clock_not_a_fixed_one(scripted: Any) -> None:
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{scripted.server_address[1]}",
-                               "us-east-1", Limits(attempts=1), lambda: CREDS)
+    service = scripted.keep(aws_http.Service(
+        "sqs", f"http://127.0.0.1:{scripted.server_address[1]}", "us-east-1",
+        Limits(attempts=1), lambda: CREDS))
     aws_http.JsonClient(service, "AmazonSQS", "1.0").call("SendMessageBatch", {})
     today = datetime.now(UTC).strftime("%Y%m%d")
     assert f"Credential=AKIDEXAMPLE/{today}/us-east-1/sqs/aws4_request" in scripted.requests[0]
