@@ -490,6 +490,20 @@ def ok(sock: socket.socket) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def raw_sqs(script: list[Callable[[socket.socket], bool]],
+            ) -> Iterator[tuple[RawServer, aws_http.SqsClient]]:
+    """A RawServer playing ``script``, and a one-attempt SQS client of it; both closed after."""
+    server = RawServer(script)
+    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
+                               Limits(attempts=1), lambda: CREDS)
+    try:
+        yield server, aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
+    finally:
+        service.close()
+        server.close()
+
+
 def reset(sock: socket.socket) -> None:
     """Close with a reset (RST), not an orderly FIN."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -514,20 +528,13 @@ def test_what_a_kept_connection_received_while_idle_is_never_read_as_an_answer()
             sock.recv(65536)
         return False
 
-    server = RawServer([ok_then_408_while_idle, ok])
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
-                               Limits(attempts=1), lambda: CREDS)
-    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
-    try:
+    with raw_sqs([ok_then_408_while_idle, ok]) as (server, sqs):
         sqs.send_message_batch(QueueUrl="q", Entries=[])
         assert said.wait(5)
         time.sleep(0.05)  # and the 408 is in the client's socket
         assert sqs.send_message_batch(QueueUrl="q", Entries=[]) == {"Successful": [],
                                                                     "Failed": []}
         assert server.requests == 2
-    finally:
-        service.close()
-        server.close()
 
 
 def test_a_kept_connection_closed_as_it_is_used_is_replaced_without_spending_an_attempt(
@@ -538,18 +545,11 @@ def test_a_kept_connection_closed_as_it_is_used_is_replaced_without_spending_an_
     def closed_unanswered(sock: socket.socket) -> bool:
         return False
 
-    server = RawServer([ok, closed_unanswered, ok])
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
-                               Limits(attempts=1), lambda: CREDS)
-    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
-    try:
+    with raw_sqs([ok, closed_unanswered, ok]) as (server, sqs):
         sqs.send_message_batch(QueueUrl="q", Entries=[])
         assert sqs.send_message_batch(QueueUrl="q", Entries=[]) == {"Successful": [],
                                                                     "Failed": []}
         assert server.requests == 3
-    finally:
-        service.close()
-        server.close()
 
 
 def test_an_answer_cut_short_counts_as_an_attempt_even_on_a_kept_connection() -> None:
@@ -562,19 +562,12 @@ def test_an_answer_cut_short_counts_as_an_attempt_even_on_a_kept_connection() ->
         reset(sock)
         return False
 
-    server = RawServer([ok, headers_then_reset, ok])
-    service = aws_http.Service("sqs", f"http://127.0.0.1:{server.port}", "us-east-1",
-                               Limits(attempts=1), lambda: CREDS)
-    sqs = aws_http.SqsClient(aws_http.JsonClient(service, "AmazonSQS", "1.0"))
-    try:
+    with raw_sqs([ok, headers_then_reset, ok]) as (server, sqs):
         sqs.send_message_batch(QueueUrl="q", Entries=[])
         with pytest.raises(AwsError) as cut:
             sqs.send_message_batch(QueueUrl="q", Entries=[])
         assert (cut.value.status, cut.value.code) == (0, "ConnectionResetError")
         assert server.requests == 2
-    finally:
-        service.close()
-        server.close()
 
 
 def test_requests_are_signed_at_the_machines_clock_not_a_fixed_one(scripted: Any) -> None:
