@@ -241,7 +241,7 @@ def run_batch(rt: Runtime, conn: db.Connection,
 
 def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
            run: BatchRun) -> None:
-    """Mark the leases received; then, in one transaction, lock the rows, read them afresh,
+    """Take the leases (received); then, in one transaction, lock the rows, read them afresh,
     decide each message and write every decision, the attempts included."""
     run.sends.clear()  # a retried transaction starts over
     run.ended.clear()
@@ -254,9 +254,9 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
     decided: dict[str, str] = {}
     acting: dict[str, tuple[LeaseMessage, db.Row]] = {}
     with db.pipeline(conn) as pipe:
-        db.submit(conn, "deliveries_mark_received", {
+        db.submit(conn, "deliveries_take_leases", {
             "ids": [m.delivery_id for m in leases.values()],
-            "tokens": [m.lease_token for m in leases.values()]})
+            "tokens": [m.lease_token for m in leases.values()], "now": now})
         db.sync(pipe)  # committed on its own, whatever happens next
         # One implicit transaction from here to the end of the pipeline: the row locks are
         # held while the decisions are made, and the writes commit together.
@@ -275,6 +275,13 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
                 run.failures[message_id] = Conflict(
                     f"message {message_id}: delivery {message.delivery_id} is held by "
                     "another transaction", retryable=True)
+            elif row["pending_token"] is not None and \
+                    row["pending_token"] == message.lease_token:
+                # Its row was held when the batch took its leases: the lease is still pending,
+                # and the message comes back to take it.
+                run.failures[message_id] = Conflict(
+                    f"message {message_id}: delivery {message.delivery_id} was held by another "
+                    "transaction; its lease is still pending", retryable=True)
             else:
                 decided[message_id] = _decide(rt, row, message, message_id, now, writes)
                 acting[message_id] = (message, row)

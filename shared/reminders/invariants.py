@@ -14,12 +14,16 @@ what it thinks happened.
     attempt whose outcome is ``unknown``, or more than one attempt. Every request the receiver
     saw must also have its attempt in the ledger (the attempt is written before the send);
 (f) the counts ``status`` and the console read (``delivery_counts``, kept by triggers) equal a
-    count of the deliveries by tenant, kind, channel and state.
+    count of the deliveries by tenant, kind, channel and state;
+(g) every ``scheduled`` or ``retrying`` delivery has one ``due_queue`` row (migration 0013: a
+    due entry, or a pending lease), with the row's state and due time, and no other delivery
+    has one.
 
 :func:`unsettled` is (e), for after recovery: every delivery due at or before ``now`` has an
 outcome (sent, failed, suppressed, stale, unknown, dead) or is held by a live lease.
 
-Each finding is one line naming the delivery key ((f): the tenant/kind/channel/state group).
+Each finding is one line naming the delivery key ((f): the tenant/kind/channel/state group;
+(g): a key, or the id of an entry with no delivery).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class Violation:
 
 def check(conn: db.Connection, *, now: datetime,
           receiver_stats: Mapping[str, Any] | None = None) -> list[Violation]:
-    """(a)-(d) and (f) at ``now``, as structured findings."""
+    """(a)-(d), (f) and (g) at ``now``, as structured findings."""
     found: list[Violation] = []
     params = {"now": now, "tick_seconds": TICK_SECONDS}
     for row in db.fetch_all(conn, "check_leases_past_expiry", params, source=CHECKS):
@@ -76,9 +80,20 @@ def check(conn: db.Connection, *, now: datetime,
         found.append(Violation(
             "counts differ from the rows", group,
             f"delivery_counts says {row['kept']}, the deliveries number {row['actual']}"))
+    for row in db.fetch_all(conn, "check_due_queue", source=CHECKS):
+        entry = ("none" if row["entry_state"] is None else
+                 f"{row['entry_state']} due {_at(row['entry_due_at'])}"
+                 + (", a pending lease" if row["pending"] else ""))
+        found.append(Violation("due set differs from the rows", row["delivery_key"], (
+            f"delivery {row['state'] or 'missing'} due {_at(row['due_at'])}; due_queue row: "
+            f"{entry}")))
     if receiver_stats is not None:
         found += _receiver_findings(conn, receiver_stats)
     return found
+
+
+def _at(value: datetime | None) -> str:
+    return iso(value) if value is not None else "-"
 
 
 def _receiver_findings(conn: db.Connection, stats: Mapping[str, Any]) -> list[Violation]:
@@ -115,7 +130,7 @@ def _receiver_findings(conn: db.Connection, stats: Mapping[str, Any]) -> list[Vi
 
 def violations(conn: db.Connection, *, now: datetime,
                receiver_stats: Mapping[str, Any] | None = None) -> list[str]:
-    """(a)-(d) and (f) at ``now``: one readable line per violation, naming the delivery key
+    """(a)-(d), (f) and (g) at ``now``: one readable line per violation, naming the delivery key
     (for (f), the group)."""
     return [str(v) for v in check(conn, now=now, receiver_stats=receiver_stats)]
 

@@ -57,7 +57,10 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                 "due_at": iso(first["due_at"]), "state": first["state"]},
             "total": sum(by_state.values()),
             "oldest_overdue_seconds": round(float(oldest.get("seconds") or 0.0), 3),
-            "expired_leases": int(expired.get("n") or 0), "tzdata": tzdata_version(),
+            "expired_leases": int(expired.get("n") or 0),
+            # Counted under scheduled/retrying above: their rows are not written until a
+            # consumer takes the lease.
+            "pending_leases": int(expired.get("pending") or 0), "tzdata": tzdata_version(),
             "retention_removed": {
                 "last_7_days": {"deliveries": int(removed.get("deliveries_7d") or 0),
                                 "attempts": int(removed.get("attempts_7d") or 0),
@@ -71,7 +74,8 @@ def status_text(data: dict[str, Any]) -> str:
     states = ", ".join(f"{k} {v}" for k, v in data["by_state"].items() if v)
     text = (f"deliveries: {data['total']} ({states or 'none'})\n"
             f"oldest overdue: {duration(data['oldest_overdue_seconds'])}; "
-            f"expired leases: {data['expired_leases']}")
+            f"expired leases: {data['expired_leases']}; "
+            f"leases pending (on the queue, not taken yet): {data.get('pending_leases', 0)}")
     if data.get("paused_tenants"):
         text += f"\npaused tenants: {', '.join(data['paused_tenants'])}"
     if data.get("overdue_by"):
@@ -187,6 +191,10 @@ def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
         "occurrence_at": iso(row["occurrence_at"]), "due_at": iso(row["due_at"]),
         "revision": row["revision"], "state": row["state"], "reason": row["reason"],
         "attempts_made": row["attempts_made"], "redrives": row["redrives"],
+        # Leased by the scanner, its message on the queue, not taken by a consumer yet: the
+        # row itself still says scheduled or retrying.
+        "lease_pending_until": iso(row["pending_lease_expires_at"])
+        if row.get("pending_lease_expires_at") else None,
         "attempts": [{**a, "started_at": iso(a["started_at"]),
                       "took_seconds": (a["finished_at"] - a["started_at"]).total_seconds()
                       if a["finished_at"] else None,

@@ -63,6 +63,10 @@ def decide(rt: Runtime, conn: db.Connection, message: LeaseMessage, message_id: 
     now = rt.clock.now()
     with db.transaction(conn):
         ids = [message.delivery_id]
+        # As a consumer does first: a lease still pending moves onto its row (the message
+        # reached consumers, and each failed before taking it), so it is replayed as one taken.
+        db.execute(conn, "deliveries_take_leases", {
+            "ids": ids, "tokens": [message.lease_token], "now": now})
         if not db.fetch_all(conn, "deliveries_lock", {"ids": ids}):
             raise Conflict(f"delivery {message.delivery_id} is held by another transaction; "
                            "the message comes back", retryable=False)

@@ -110,7 +110,12 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
             "max_empty_leases": limits.max_empty_leases,
             "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
 
-    for row in db.retrying(reclaim):
+    def reclaim_pending() -> list[db.Row]:  # leases no consumer took: due again as they were
+        return db.fetch_all(conn, "pending_leases_reclaim", {
+            "now": now, "lease_seconds": limits.lease_seconds,
+            "limit": limits.inflight_budget})
+
+    for row in [*db.retrying(reclaim), *db.retrying(reclaim_pending)]:
         summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
         summary.poisoned += row["state"] == "dead" and not row["tried"]
     advance_series(rt, conn, now, summary)
@@ -254,10 +259,13 @@ def _settled(conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> boo
 
 def _release(conn: db.Connection, messages: list[LeaseMessage], now: datetime,
              reason: str) -> int:
-    """Hand leases back, fenced by their tokens: due again next tick."""
-    return db.execute(conn, "lease_release", {
-        "ids": [m.delivery_id for m in messages], "tokens": [m.lease_token for m in messages],
-        "reason": reason, "now": now})
+    """Hand pending leases back to the due set, fenced by their tokens: due again next pass.
+    The delivery rows were never written, so ``reason`` goes to the log, not to them."""
+    released = db.execute(conn, "pending_release", {
+        "ids": [m.delivery_id for m in messages], "tokens": [m.lease_token for m in messages]})
+    logger.info("leases released", extra={
+        "released": released, "of": len(messages), "reason": reason, "now": iso(now)})
+    return released
 
 
 def _lease_order(row: db.Row) -> tuple[Any, Any]:

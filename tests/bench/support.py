@@ -194,11 +194,13 @@ def sqs_event(bodies: Sequence[str]) -> dict[str, Any]:
 
 
 def settle_leased(conn: db.Connection) -> int:
-    """What consumers would do, outside any timing: every live lease ends ``sent``."""
+    """What consumers would do, outside any timing: every live lease, pending or taken, ends
+    ``sent``."""
     return conn.execute("""
         update deliveries set state = 'sent', reason = 'bench', lease_token = null,
                               lease_expires_at = null
-        where state = 'leased'""").rowcount
+        where state = 'leased'
+           or id = any(array(select id from due_queue where token is not null))""").rowcount
 
 
 def index_reads(conn: db.Connection, work: Callable[[], Any]) -> dict[str, int]:

@@ -112,8 +112,32 @@ def minutes(n: float) -> timedelta:
 
 def start_attempt(h: Harness, delivery_id: Any, token: Any) -> dict[str, Any] | None:
     """Start an attempt as a consumer would (a send in flight for 30 s), without sending: the
-    consumer then 'crashes'."""
+    consumer then 'crashes'. A pending lease is taken first, as the consumer takes it."""
+    take_leases(h, [(delivery_id, token)])
     rows = db.fetch_all(h.conn, "attempts_start", {
         "ids": [int(delivery_id)], "tokens": [str(token)],
         "deadlines": [h.clock.now() + timedelta(seconds=30)], "now": h.clock.now()})
     return rows[0] if rows else None
+
+
+def take_leases(h: Harness, leases: list[tuple[Any, Any]]) -> int:
+    """What a consumer does first with a batch: its pending leases move onto their rows."""
+    return db.execute(h.conn, "deliveries_take_leases", {
+        "ids": [int(i) for i, _ in leases], "tokens": [str(t) for _, t in leases],
+        "now": h.clock.now()})
+
+
+def pending_lease(h: Harness, key: str, tenant: str = "acme") -> dict[str, Any] | None:
+    """The delivery's pending lease (leased by the scanner, not taken by a consumer yet)."""
+    return h.conn.execute(
+        "select q.* from due_queue q join deliveries d on d.id = q.id "
+        "where q.token is not null and d.delivery_key = %s and d.tenant = %s",
+        (key, tenant)).fetchone()
+
+
+def due_entry(h: Harness, key: str, tenant: str = "acme") -> dict[str, Any] | None:
+    """The delivery's entry in the due set (due, not leased)."""
+    return h.conn.execute(
+        "select q.* from due_queue q join deliveries d on d.id = q.id "
+        "where q.token is null and d.delivery_key = %s and d.tenant = %s",
+        (key, tenant)).fetchone()

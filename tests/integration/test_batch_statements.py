@@ -60,9 +60,19 @@ def leased(h: Harness, key: str) -> tuple[list[int], list[str]]:
     return [r["id"] for r in rows], [r["token"] for r in rows]
 
 
+def pending(h: Harness, key: str) -> tuple[list[int], list[str]]:
+    """The key's deliveries leased by the scanner's own statement: pending leases."""
+    schedule_webhook(h, key, recipients=[f"r{i}" for i in range(BATCH)])
+    rows = h.conn.execute(query("lease_due"), {
+        "now": h.clock.now(), "batch": BATCH, "share": BATCH, "lease_seconds": 600}).fetchall()
+    assert len(rows) == BATCH
+    return [r["id"] for r in rows], [str(r["lease_token"]) for r in rows]
+
+
 def probes(plan: list[dict[str, Any]]) -> int:
-    """Rows looked up through the deliveries' primary key, over all loops."""
-    return sum(int(node["Actual Loops"]) for node in plan
+    """Rows found through the deliveries' primary key, over all loops: a probe a loop, or
+    one scan of the key for a list of ids (`id = any(...)`)."""
+    return sum(int(node["Actual Loops"]) * max(int(node["Actual Rows"]), 1) for node in plan
                if node.get("Index Name") == "deliveries_pkey")
 
 
@@ -75,10 +85,12 @@ def states(h: Harness, ids: list[int]) -> dict[str, int]:
 def test_a_consumer_batchs_statements_look_each_row_up_once(harness: Harness) -> None:
     h = harness
     a_large_table(h)
-    ids, tokens = leased(h, "linear")
+    ids, tokens = pending(h, "linear")
     now = h.clock.now()
-    plans = {"deliveries_mark_received": run_explained(
-        h, "deliveries_mark_received", {"ids": ids, "tokens": tokens})}
+    plans = {"deliveries_take_leases": run_explained(
+        h, "deliveries_take_leases", {"ids": ids, "tokens": tokens, "now": now})}
+    assert states(h, ids) == {"leased": BATCH}
+    assert h.conn.execute("select count(*) as n from due_queue").fetchone() == {"n": 0}
     plans["attempts_start"] = run_explained(h, "attempts_start", {
         "ids": ids, "tokens": tokens, "deadlines": [now + timedelta(seconds=30)] * BATCH,
         "now": now})
@@ -99,12 +111,34 @@ def test_a_consumer_batchs_statements_look_each_row_up_once(harness: Harness) ->
                           (ids,)).fetchone() == {"n": BATCH}
     assert {name: comparisons_discarded(plan) for name, plan in plans.items()} == dict.fromkeys(
         plans, 0)
-    # One probe a row; marking received locks the rows (skipping those another transaction
+    # One probe a row; taking the leases locks the rows (skipping those another transaction
     # holds) and then updates them, a probe each.
     assert {name: probes(plans[name]) for name in (
-        "deliveries_mark_received", "attempts_start", "deliveries_settle")} == {
-        "deliveries_mark_received": 2 * BATCH, "attempts_start": BATCH,
+        "deliveries_take_leases", "attempts_start", "deliveries_settle")} == {
+        "deliveries_take_leases": 2 * BATCH, "attempts_start": BATCH,
         "deliveries_settle": BATCH}
+
+
+def test_the_scanners_lease_and_release_never_touch_a_delivery_row(harness: Harness) -> None:
+    """Migration 0013: a lease writes its token on the due entries, and a release clears it;
+    neither looks a delivery up nor writes one."""
+    h = harness
+    a_large_table(h)
+    schedule_webhook(h, "narrow", recipients=[f"r{i}" for i in range(BATCH)])
+    before = h.conn.execute("select id, xmin::text as v from deliveries").fetchall()
+    params = {"now": h.clock.now(), "batch": BATCH, "share": BATCH, "lease_seconds": 600}
+    lease = run_explained(h, "lease_due", params)
+    rows = h.conn.execute("select id, token::text as token from due_queue "
+                          "where token is not null").fetchall()
+    assert len(rows) == BATCH
+    release = run_explained(h, "pending_release", {
+        "ids": [r["id"] for r in rows], "tokens": [r["token"] for r in rows]})
+    assert h.conn.execute("select count(*) as n from due_queue where token is null"
+                          ).fetchone() == {"n": BATCH}
+    assert (probes(lease), probes(release)) == (0, 0)
+    assert comparisons_discarded(lease) == comparisons_discarded(release) == 0
+    after = h.conn.execute("select id, xmin::text as v from deliveries").fetchall()
+    assert after == before  # not one row version written
 
 
 def test_releasing_a_batch_looks_each_row_up_once(harness: Harness) -> None:

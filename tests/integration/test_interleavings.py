@@ -7,7 +7,9 @@ real Postgres. Afterwards the system is run until quiet and the promises are che
   attempt on a channel that honours the key) is recorded;
 - no attempt starts after a cancel or an opt-out committed;
 - no attempt is left open, and no delivery spends more attempts than its kind allows;
-- the counts ``status`` reads (``delivery_counts``, kept by triggers) equal the rows.
+- the counts ``status`` reads (``delivery_counts``, kept by triggers) equal the rows;
+- the due set (``due_queue``: due entries and pending leases, kept by triggers) agrees with
+  the rows.
 
 The queue is an in-memory port (transport only: Postgres is the authority under test) and the
 channels record every send, so one interleaving costs milliseconds.
@@ -338,6 +340,10 @@ def violations(world: World, case: Case) -> list[str]:
     for group in db.fetch_all(world.app, "check_delivery_counts", source=CHECKS):
         found.append(f"counts of {group['tenant']}/{group['kind']}/{group['channel']}/"
                      f"{group['state']}: kept {group['kept']}, rows {group['actual']}")
+    # The due set (due entries and pending leases, kept by triggers) agrees with the rows.
+    for row in db.fetch_all(world.app, "check_due_queue", source=CHECKS):
+        found.append(f"due set of {row['delivery_key']}: delivery {row['state']}, due_queue "
+                     f"{row['entry_state']} (pending lease: {row['pending']})")
     return found
 
 

@@ -19,6 +19,7 @@ from tests.integration.pipeline_helpers import (
     event_for,
     register,
     start_attempt,
+    take_leases,
     take_messages,
     tick,
 )
@@ -27,7 +28,8 @@ PENDING = ("scheduled", "leased", "retrying")
 
 
 def crash_mid_send(h: Harness, body: dict[str, Any]) -> None:
-    """Start the attempt and send, then die before recording the outcome."""
+    """Take the lease, start the attempt and send, then die before recording the outcome."""
+    take_leases(h, [(body["delivery_id"], body["lease_token"])])
     row = batch.load_rows(h.conn, [body["delivery_id"]])[body["delivery_id"]]
     if row["state"] != "leased" or str(row["lease_token"]) != body["lease_token"]:
         return

@@ -17,14 +17,17 @@ import pytest
 from reminders import consumer, db, operator, scanner, schedules
 from reminders.clock import FixedClock
 from reminders.errors import Conflict, InvalidInput
+from reminders.invariants import violations
 from reminders.recurrence import Recurrence
 from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
     attempts,
     delivery,
+    due_entry,
     effects,
     event_for,
     minutes,
+    pending_lease,
     register,
     schedule_webhook,
     start_attempt,
@@ -86,7 +89,7 @@ def test_an_operator_retry_of_a_poison_message_starts_its_count_afresh(
     operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
                        reason="fixed the consumer", now=h.clock.now())
     tick(h)
-    assert delivery(h, key)["state"] == "leased"  # not parked again on the next tick
+    assert pending_lease(h, key) is not None  # leased again, not parked on the next tick
     work(h)
     assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
 
@@ -224,9 +227,10 @@ def test_a_clock_ahead_never_sends_early_nor_holds_a_lease_for_a_month(
     scanner.tick(make_runtime(database_url, _urls(h), h.endpoint,
                               FixedClock(h.clock.now() + timedelta(days=31))))
     take_messages(h)  # this time the message is lost
+    assert pending_lease(h, key) is not None
     out = tick(h)  # the correct clock takes the far-future lease back at once
     assert out["reclaimed"] == {"scheduled": 1}
-    assert "clock running ahead" in delivery(h, key)["reason"]
+    assert pending_lease(h, key) is None and due_entry(h, key) is not None
 
 
 def test_too_little_invocation_time_starts_no_send(harness: Harness) -> None:
@@ -316,7 +320,9 @@ def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
         answer = consumer.process_batch(event_for(h, messages), h.rt)
         assert len(answer["batchItemFailures"]) == 1
         assert delivery(h, free)["state"] == "sent"
-        assert delivery(h, blocked)["state"] == "leased" and attempts(h, blocked) == []
+        # Its lease was not taken (the row was held): still pending, no attempt.
+        assert delivery(h, blocked)["state"] == "scheduled" and attempts(h, blocked) == []
+        assert pending_lease(h, blocked) is not None
     finally:
         app.rollback()
         app.close()
@@ -371,7 +377,7 @@ def test_one_tenants_fan_out_never_holds_back_another_tenants_reminder(
     (small,) = schedule_webhook(h, "one-off", tenant="small", url=url)
     out = tick(h)  # oldest first alone would fill the whole budget with the fan-out
     assert out["leased"] == 20
-    assert delivery(h, small, tenant="small")["state"] == "leased"
+    assert pending_lease(h, small, tenant="small") is not None
 
 
 def test_a_tick_drains_until_the_budget_is_full(harness: Harness, database_url: str) -> None:
@@ -434,14 +440,19 @@ def test_a_reminder_falling_due_while_a_tick_drains_goes_out_in_its_next_pass(
     h.rt.clock = Passing()
     out = tick(h)
     row = delivery(h, late, tenant="small")
-    assert row["state"] == "leased" and out["leased"] == 51
+    assert pending_lease(h, late, tenant="small") is not None and out["leased"] == 51
     # Due 30 s in: not in the first pass (it read T + 20 s), in the second (T + 40 s).
     assert row["id"] not in passes[0] and row["id"] in passes[1]
 
 
 def _leased_count(h: Harness) -> int:
-    row = h.conn.execute("select count(*) as n from deliveries where state = 'leased'").fetchone()
+    row = h.conn.execute("select count(*) as n from due_queue where token is not null").fetchone()
     return int(row["n"]) if row else 0
+
+
+def _released_reasons(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return sorted({str(r.__dict__.get("reason", "")).split(";")[0]
+                   for r in caplog.records if r.getMessage() == "leases released"})
 
 
 def test_the_next_pass_leases_while_the_last_one_is_handed_over(
@@ -471,7 +482,7 @@ def test_the_next_pass_leases_while_the_last_one_is_handed_over(
 
 
 def test_a_refused_pass_releases_the_pass_leased_meanwhile_and_the_tick_stops(
-        harness: Harness, database_url: str) -> None:
+        harness: Harness, database_url: str, caplog: pytest.LogCaptureFixture) -> None:
     from reminders.queue import Rejected
 
     h = harness
@@ -491,9 +502,11 @@ def test_a_refused_pass_releases_the_pass_leased_meanwhile_and_the_tick_stops(
     rows = [delivery(h, k) for k in keys]
     assert {r["state"] for r in rows} == {"scheduled"}
     assert all(r["lease_token"] is None for r in rows)
-    reasons = sorted({(r["reason"] or "").split(";")[0] for r in rows} - {""})
-    assert reasons == ["not handed over: the queue refused the pass before it",
-                       "queue refused the message (or its publisher was not invoked)"]
+    # Every lease went back to the due set; the delivery rows were never written.
+    assert [k for k in keys if pending_lease(h, k) or not due_entry(h, k)] == []
+    assert _released_reasons(caplog) == [
+        "not handed over: the queue refused the pass before it",
+        "queue refused the message (or its publisher was not invoked)"]
 
 
 def test_a_publisher_that_raises_refuses_its_whole_pass(harness: Harness,
@@ -527,45 +540,52 @@ def test_a_publisher_raising_a_base_exception_leaves_no_lease_unreleased(
         tick(h)
     rows = [delivery(h, k) for k in keys]
     assert {r["state"] for r in rows} == {"scheduled"}
-    assert sum(r["reason"] is not None for r in rows) == 20  # pass 0 and pass 1, released
+    # Pass 0 and pass 1 were released to the due set; pass 2 was never leased.
+    assert [k for k in keys if pending_lease(h, k) or not due_entry(h, k)] == []
+    assert _leased_count(h) == 0
 
 
-def test_a_row_an_application_holds_does_not_stop_a_refused_pass_going_back(
+def test_a_lease_an_application_is_ending_does_not_stop_a_refused_pass_going_back(
         harness: Harness, database_url: str) -> None:
-    """An application's open transaction holds a row of a refused pass. Handing the pass back
-    skips that row instead of waiting for it (invariant 7: one held row never fails the rest):
-    the pass's other leases and the pass leased meanwhile go back, the tick ends without an
-    error, and the held row's lease expires and is reclaimed."""
+    """An application reschedules a delivery of a refused pass in a transaction still open:
+    its trigger is ending that pending lease. Handing the pass back skips that lease instead of
+    waiting for it (invariant 7: one held row never fails the rest): the pass's other leases
+    and the pass leased meanwhile go back, the tick ends without an error, and once the
+    application commits the delivery is due at its new time, with no lease."""
     from reminders.queue import Rejected
 
     h = harness
-    # A short lock wait: waiting for the held row would fail the tick with Conflict.
+    # A short lock wait: waiting for the held lease would fail the tick with Conflict.
     _runtime(h, database_url, scan_batch=10, inflight_budget=1000, db_lock_timeout_ms=300)
     keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(20)])
     app = psycopg.connect(database_url, autocommit=False)
     publish = h.rt.deliveries.publish
     held: list[int] = []
 
-    def refusing_while_a_row_is_held(messages: Any, **kw: Any) -> Any:
+    def refusing_while_a_lease_is_ending(messages: Any, **kw: Any) -> Any:
         if held:  # the first tick is over: the queue takes them again
             return publish(messages, **kw)
         held.append(messages[0].delivery_id)
-        app.execute("select 1 from reminders.deliveries where id = %s for update", (held[0],))
+        app.execute("set search_path to reminders")  # as the service's sessions have it
+        app.execute("update deliveries set due_at = due_at + interval '1 minute' "
+                    "where id = %s", (held[0],))
         return [Rejected(m, "ThrottlingException: slow down") for m in messages]
 
-    h.rt.deliveries.publish = refusing_while_a_row_is_held  # type: ignore[method-assign]
+    h.rt.deliveries.publish = refusing_while_a_lease_is_ending  # type: ignore[method-assign]
     try:
         out = tick(h)
-        rows = [delivery(h, k) for k in keys]
+        pending = [k for k in keys if pending_lease(h, k) is not None]
     finally:
-        app.rollback()
+        app.commit()
         app.close()
     assert (out["leased"], out["published"], out["released"]) == (20, 0, 19)
-    assert [r["id"] for r in rows if r["state"] == "leased"] == held
-    assert sum(r["state"] == "scheduled" for r in rows) == 19
-    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
+    assert [delivery(h, k)["id"] for k in pending] == held
+    assert [k for k in keys if pending_lease(h, k)] == []  # the commit ended the held one
+    assert violations(h.conn, now=h.clock.now()) == []
     out = tick(h)
-    assert (out["reclaimed"], out["leased"], out["published"]) == ({"scheduled": 1}, 20, 20)
+    assert (out["leased"], out["published"]) == (19, 19)  # the rescheduled one is due later
+    h.clock.advance(minutes(1))
+    assert tick(h)["leased"] == 1
 
 
 def test_a_paused_tenants_backlog_is_reported_apart_from_the_systems_lateness(

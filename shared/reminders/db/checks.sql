@@ -6,13 +6,30 @@
 -- ---------------------------------------------------------------- invariants
 
 -- name: check_leases_past_expiry
--- (a) No lease outlives its expiry by more than one scanner tick.
+-- (a) No lease outlives its expiry by more than one scanner tick, taken by a consumer or
+-- pending.
 select delivery_key, lease_expires_at,
        extract(epoch from %(now)s - lease_expires_at)::float8 as past_seconds
-from deliveries
-where state = 'leased'
-  and lease_expires_at < %(now)s - make_interval(secs => %(tick_seconds)s)
+from (select d.delivery_key, d.lease_expires_at from deliveries d where d.state = 'leased'
+      union all
+      select d.delivery_key, q.expires_at from due_queue q
+      join deliveries d on d.id = q.id where q.token is not null) leases
+where lease_expires_at < %(now)s - make_interval(secs => %(tick_seconds)s)
 order by lease_expires_at, delivery_key;
+
+-- name: check_due_queue
+-- (g) The due set agrees with the deliveries (migration 0013): every `scheduled` or `retrying`
+-- delivery has one due_queue row, with its tenant, state and due time (a due entry, or a
+-- pending lease), and no other delivery has one.
+select coalesce(d.delivery_key, 'no delivery ' || q.id) as delivery_key, d.state, d.due_at,
+       q.state as entry_state, q.due_at as entry_due_at, (q.token is not null) as pending
+from deliveries d
+full join due_queue q on q.id = d.id
+where case when d.state in ('scheduled', 'retrying')
+           then q.id is null
+                or (q.state, q.due_at, q.tenant) is distinct from (d.state, d.due_at, d.tenant)
+           else q.id is not null end
+order by 1;
 
 -- name: check_open_attempts
 -- (b) An attempt without an outcome belongs to the delivery's current lease, and that lease is
@@ -66,12 +83,15 @@ where d.delivery_key = any(%(keys)s::text[])
 group by d.delivery_key;
 
 -- name: check_unsettled
--- (e) Nothing lost: every delivery due by now has an outcome or is held by a live lease.
-select delivery_key, state, reason, due_at, lease_expires_at
-from deliveries
-where due_at <= %(now)s and state in ('scheduled', 'leased', 'retrying')
-  and not (state = 'leased' and lease_expires_at > %(now)s)
-order by due_at, delivery_key;
+-- (e) Nothing lost: every delivery due by now has an outcome or is held by a live lease
+-- (taken by a consumer, or pending).
+select d.delivery_key, d.state, d.reason, d.due_at, d.lease_expires_at
+from deliveries d
+where d.due_at <= %(now)s and d.state in ('scheduled', 'leased', 'retrying')
+  and not (d.state = 'leased' and d.lease_expires_at > %(now)s)
+  and not exists (select 1 from due_queue q
+                  where q.id = d.id and q.token is not null and q.expires_at > %(now)s)
+order by d.due_at, d.delivery_key;
 
 -- ---------------------------------------------------------------- drills
 
@@ -81,7 +101,9 @@ select count(*) as n from deliveries
 where occurrence_at <= %(now)s and state in ('scheduled', 'leased', 'retrying');
 
 -- name: drill_leased
-select count(*) as n from deliveries where state = 'leased';
+-- Live leases, taken by a consumer or pending.
+select (select count(*) from deliveries where state = 'leased')
+       + (select count(*) from due_queue where token is not null) as n;
 
 -- name: drill_deliveries
 select d.id, d.delivery_key, d.channel, d.destination, d.state, d.reason, d.due_at,

@@ -258,21 +258,24 @@ returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
 -- per tenant, to split a pass fairly.
 select count(*) as n from tenants t
 where not t.paused and exists (
-    select 1 from deliveries d
-    where d.tenant = t.id and d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s);
+    select 1 from due_queue q
+    where q.tenant = t.id and q.token is null and q.due_at <= %(now)s);
 
 -- name: live_leases
--- The in-flight budget's other half: live leases, read off the lease-expiry index (there are
--- never more than the budget).
-select count(*) as n from deliveries where state = 'leased';
+-- The in-flight budget's other half: live leases, pending (not taken by a consumer yet) and
+-- taken, each read off its expiry index (there are never more than the budget).
+select (select count(*) from due_queue where token is not null)
+       + (select count(*) from deliveries where state = 'leased') as n;
 
 -- name: lease_due
 -- CROSS-TENANT: the one statement that picks work across tenants. Fair: every tenant with due
--- work offers its oldest `share` rows, and the pass takes them round by round (each tenant's
+-- work offers its oldest `share` entries, and the pass takes them round by round (each tenant's
 -- first, then each tenant's second, ...), oldest first within a round, up to `batch`. One
 -- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
--- most `share` index entries per tenant with due work (plus rows another transaction holds, an
--- application's reschedule, which are skipped); paused tenants are never walked.
+-- most `share` index entries per tenant with due work (plus entries another transaction holds,
+-- an application's reschedule, which are skipped); paused tenants are never walked.
+-- A lease writes a token and an expiry on the due entries (migration 0013): the delivery rows
+-- are not written; a consumer takes the lease onto its row (deliveries_take_leases).
 -- Each row also says how many tenants may have due work left after this pass (a tenant that
 -- offered a full share, or more than the pass took): the next pass's share, without probing
 -- every tenant again.
@@ -281,9 +284,9 @@ with offered as (
            row_number() over (partition by t.id order by o.due_at, o.id) as round
     from tenants t
     cross join lateral (
-        select d.id, d.due_at from deliveries d
-        where d.tenant = t.id and d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
-        order by d.due_at, d.id
+        select q.id, q.due_at from due_queue q
+        where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+        order by q.due_at, q.id
         limit %(share)s
         for update skip locked
     ) o
@@ -296,14 +299,49 @@ with offered as (
         having count(*) >= %(share)s
             or count(*) > (select count(*) from due where due.tenant = o.tenant)) t
 )
-update deliveries d set state = 'leased', lease_token = gen_random_uuid(),
-                        lease_expires_at = %(now)s + make_interval(secs => %(lease_seconds)s),
-                        received = false, leases = d.leases + 1, updated_at = %(now)s
-from due where d.id = due.id
-returning d.id, d.lease_token, d.due_at, (select n from left_over) as tenants_left;
+update due_queue q set token = gen_random_uuid(),
+                       expires_at = %(now)s + make_interval(secs => %(lease_seconds)s)
+where q.id = any(array(select id from due))  -- by key, whatever the table's statistics say
+returning q.id, q.token as lease_token, q.due_at, (select n from left_over) as tenants_left;
+-- name: pending_release
+-- The scanner hands back pending leases whose message never reached the queue, fenced on the
+-- token: each is a due entry again. A lease another transaction holds (a trigger ending it
+-- for an application's change, a reclaim) is skipped: that transaction ends it.
+with ours as (  -- by key, each checked against its token (a hashed lookup, not a join)
+    select q.id from due_queue q
+    where q.id = any(%(ids)s::bigint[])
+      and ((q.id, q.token) in (select * from unnest(%(ids)s::bigint[], %(tokens)s::uuid[])))
+          is true
+    for update of q skip locked
+)
+update due_queue q set token = null, expires_at = null
+where q.id = any(array(select id from ours));
+-- name: pending_leases_reclaim
+-- CROSS-TENANT, bounded by the limit: pending leases no consumer took before they expired (or
+-- that expire further ahead than a lease lasts: taken by a clock running ahead) are due
+-- entries again. A pending lease never has a send in flight, and no consumer received its
+-- message (a consumer takes the lease first thing), so it is due again as it was.
+with candidates as (  -- two ranges of the expiry index, each bounded
+    (select id from due_queue where token is not null and expires_at < %(now)s
+     order by expires_at limit %(limit)s)
+    union all
+    (select id from due_queue where token is not null
+       and expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)
+     order by expires_at desc limit %(limit)s)
+), expired as (
+    select q.id from due_queue q
+    where q.id = any(array(select id from candidates)) and q.token is not null
+      and (q.expires_at < %(now)s
+           or q.expires_at > %(now)s + make_interval(secs => %(lease_seconds)s))
+    for update of q skip locked
+)
+update due_queue q set token = null, expires_at = null
+where q.id = any(array(select id from expired))
+returning q.id, q.tenant, q.state, false as tried;
 -- name: lease_release
--- Fenced: hands back leases whose message never reached the queue, or that a consumer may not
--- use yet (a paused tenant, not due by its clock); never one with a send in flight.
+-- Fenced: hands back leases a consumer took and may not use yet (a paused tenant, not due by
+-- its clock), or that the redrive hands back; never one with a send in flight. (The scanner's
+-- pending leases go back with pending_release.)
 -- CROSS-TENANT by (id, token): only the holder of those leases knows the tokens.
 -- A row another transaction holds (an application cancelling or rescheduling that very
 -- delivery) is skipped, not waited for, so one held row never fails the rest: that transaction
@@ -423,41 +461,63 @@ where id = %(id)s and tenant = %(tenant)s
 returning id;
 -- name: oldest_overdue
 -- CROSS-TENANT: the system's lateness (paused tenants apart: their backlog is deliberate) and
--- a paused backlog's age, one index probe per tenant; the overdue count stops at `cap`.
+-- a paused backlog's age, one index probe per tenant; the overdue count stops at `cap`. A
+-- leased delivery not sent yet is late too, its lease pending or taken.
 select extract(epoch from %(now)s - least(
            (select min(o.due_at) from tenants t cross join lateral (
-                select d.due_at from deliveries d
-                where d.tenant = t.id and d.state in ('scheduled', 'retrying')
-                  and d.due_at <= %(now)s
-                order by d.due_at, d.id limit 1) o
+                select q.due_at from due_queue q
+                where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+                order by q.due_at, q.id limit 1) o
             where not t.paused),
            (select m from (select min(due_at) as m from deliveries where state = 'leased') l
+            where m <= %(now)s),
+           (select m from (select min(due_at) as m from due_queue where token is not null) l
             where m <= %(now)s))
        )::float8 as seconds,
        extract(epoch from %(now)s - (
            select min(o.due_at) from tenants t cross join lateral (
-               select d.due_at from deliveries d
-               where d.tenant = t.id and d.state in ('scheduled', 'retrying')
-                 and d.due_at <= %(now)s
-               order by d.due_at, d.id limit 1) o
+               select q.due_at from due_queue q
+               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+               order by q.due_at, q.id limit 1) o
            where t.paused))::float8 as paused_seconds,
        (select count(*) from (
-           select 1 from deliveries
-           where state in ('scheduled', 'retrying') and due_at <= %(now)s
+           select 1 from due_queue where token is null and due_at <= %(now)s
            order by due_at, id limit %(cap)s) c) as overdue;
 -- ---------------------------------------------------------------- consumer and redrive
 
--- name: deliveries_mark_received
+-- name: deliveries_take_leases
 -- First thing a consumer does with a batch, committed on its own: these leases' messages
--- reached a consumer. A lease that then ends without a send counts as a poison-message try.
--- Rows another transaction holds are skipped (their messages fail alone and come back).
-with ours as (
-    select d.id from unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as r(id, token)
-    join deliveries d on d.id = r.id and d.lease_token = r.token
-    where (d.state = 'leased') is true and not d.received
+-- reached a consumer. A pending lease (migration 0013) moves onto its delivery row, which
+-- becomes `leased` with the lease's token and expiry; a lease already on its row (a message
+-- received again) is marked received. A lease that then ends without a send counts as a
+-- poison-message try. The row is locked before its pending lease (the order every writer
+-- takes); rows another transaction holds are skipped (their messages fail alone and come
+-- back). A pending lease another transaction is ending (a reclaim, a release, a trigger's
+-- revocation) is waited for, briefly, and then gone: that message's lease is not current.
+-- The deliveries' own `state` and `due_at` fence it too: every change of either ends the
+-- pending lease in the same transaction.
+with ours as (  -- rows found by key (`= any`), whatever the table's statistics say
+    select d.id, d.state, w.token
+    from deliveries d
+    join unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) as w(id, token) on w.id = d.id
+    where d.id = any(%(ids)s::bigint[])
+      and (((d.state = 'leased') is true and d.lease_token = w.token and not d.received)
+           or d.state in ('scheduled', 'retrying'))
     for update of d skip locked
+), taken as (  -- by key, each checked against its token: a hashed lookup (`is true` keeps
+               -- the planner from making it a join), never one comparison per pair
+    delete from due_queue l
+    where l.id = any(array(select id from ours where state in ('scheduled', 'retrying')))
+      and ((l.id, l.token) in (select id, token from ours)) is true
+    returning l.id, l.token, l.expires_at
+), marked as (  -- a lease already on its row: its message is received again
+    update deliveries d set received = true
+    from ours o where d.id = o.id and (o.state = 'leased') is true
 )
-update deliveries d set received = true from ours where d.id = ours.id;
+update deliveries d set
+    state = 'leased', received = true, lease_token = t.token, lease_expires_at = t.expires_at,
+    leases = d.leases + 1, updated_at = %(now)s
+from taken t where d.id = t.id;
 
 -- name: deliveries_lock
 -- The consumer and redrive lock the rows a batch names (in id order, skipping rows another
@@ -477,6 +537,7 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
+       (select q.token from due_queue q where q.id = d.id) as pending_token,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
        e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
@@ -587,13 +648,23 @@ order by tenant, kind, channel, state;
 
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
-select min(case when state = 'leased' then lease_expires_at else due_at end) as at
-from deliveries where state in ('scheduled', 'retrying', 'leased');
+-- A leased delivery's next event is its lease's expiry, pending or taken.
+select least((select min(due_at) from due_queue where token is null),
+             (select min(expires_at) from due_queue where token is not null),
+             (select min(lease_expires_at) from deliveries where state = 'leased')) as at;
 
 -- name: status_expired_leases
-select count(*) as n from deliveries
-where state = 'leased' and lease_expires_at < %(now)s
-  and (%(tenant)s::text is null or tenant = %(tenant)s);
+-- Leases past their expiry (taken or pending; the next tick reclaims them), and the pending
+-- leases: handed to the queue, not taken by a consumer yet (at most the in-flight budget).
+select (select count(*) from deliveries
+        where state = 'leased' and lease_expires_at < %(now)s
+          and (%(tenant)s::text is null or tenant = %(tenant)s))
+       + (select count(*) from due_queue
+          where token is not null and expires_at < %(now)s
+            and (%(tenant)s::text is null or tenant = %(tenant)s)) as n,
+       (select count(*) from due_queue
+        where token is not null
+          and (%(tenant)s::text is null or tenant = %(tenant)s)) as pending;
 
 -- name: status_oldest_overdue
 select extract(epoch from %(now)s - min(due_at))::float8 as seconds from deliveries
@@ -604,8 +675,10 @@ where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
        d.lease_token, d.lease_expires_at, d.send_attempt, d.send_deadline, d.superseded,
-       d.created_at, d.updated_at, s.kind
+       d.created_at, d.updated_at, s.kind,
+       q.token as pending_lease_token, q.expires_at as pending_lease_expires_at
 from deliveries d join schedules s on s.id = d.schedule_id
+left join due_queue q on q.id = d.id
 where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 
 -- name: deliveries_of_schedule

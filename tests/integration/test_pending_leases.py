@@ -1,0 +1,205 @@
+"""Leases kept apart from the delivery row (migration 0013), under the unlucky orders of events
+the delivery row's lock no longer orders by itself: each test holds one transaction open
+between two of its statements while another runs into it, over the real Postgres.
+
+- A change to a due delivery (cancel, reschedule) that waits on a scanner's uncommitted lease
+  of it ends that lease once the lease commits: the change is never overridden, and the due
+  set is never left holding the delivery twice.
+- A change that waits on a reclaim moving the pending lease back leaves one due entry, at
+  the new due time.
+- A consumer whose row was held when it took its batch's leases fails that message alone and
+  takes the lease when it comes back, instead of dropping it for a lease period.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from reminders import consumer, db, scanner, schedules
+from reminders.invariants import violations
+from tests.conftest import Harness
+from tests.integration.pipeline_helpers import (
+    delivery,
+    due_entry,
+    effects,
+    event_for,
+    minutes,
+    pending_lease,
+    schedule_webhook,
+    take_messages,
+    tick,
+)
+
+LEASE = {"batch": 100, "share": 100, "lease_seconds": 300}
+
+
+def _waits_on_a_lock(h: Harness, thread: threading.Thread, pid: int) -> bool:
+    """True once the session ``pid`` waits on a lock (bounded), False if the thread ended."""
+    deadline = time.monotonic() + 10
+    while thread.is_alive() and time.monotonic() < deadline:
+        row = h.conn.execute("select wait_event_type from pg_stat_activity where pid = %s",
+                             (pid,)).fetchone()
+        if row and row["wait_event_type"] == "Lock":
+            return True
+        thread.join(0.01)
+    return False
+
+
+def _run_into(h: Harness, holder: db.Connection,
+              change: Callable[[db.Connection], object]) -> None:
+    """Run ``change`` on an application connection of its own while ``holder``'s transaction
+    is open; check it waits on a lock ``holder`` holds, then commit ``holder`` and let it end."""
+    errors: list[BaseException] = []
+    app = db.connect(h.rt.settings.database_url)
+    pid = app.info.backend_pid
+
+    def go() -> None:
+        try:
+            change(app)
+        except BaseException as exc:  # noqa: BLE001 (surfaced below)
+            errors.append(exc)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    try:
+        assert _waits_on_a_lock(h, thread, pid), "the change never waited on the open transaction"
+        holder.execute("commit")
+        thread.join(15)
+        assert not thread.is_alive() and errors == []
+    finally:
+        app.close()
+
+
+def _open_lease(h: Harness) -> tuple[db.Connection, list[db.Row]]:
+    """A scanner's lease, its transaction left open (not committed)."""
+    scanner_conn = db.connect(h.rt.settings.database_url)
+    scanner_conn.execute("begin")
+    leased = db.fetch_all(scanner_conn, "lease_due", {"now": h.clock.now(), **LEASE})
+    return scanner_conn, leased
+
+
+def test_a_cancel_waiting_on_an_uncommitted_lease_ends_that_lease(harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "cancelled-meanwhile", at=h.clock.now())
+    scanner_conn, leased = _open_lease(h)
+    try:
+        assert len(leased) == 1
+        _run_into(h, scanner_conn, lambda app: schedules.cancel(
+            app, tenant="acme", key="cancelled-meanwhile", now=h.clock.now()))
+    finally:
+        scanner_conn.close()
+    assert delivery(h, key)["state"] == "suppressed"  # what a cancel makes of a due one
+    assert pending_lease(h, key) is None and due_entry(h, key) is None
+    assert violations(h.conn, now=h.clock.now()) == []
+
+
+def test_a_reschedule_waiting_on_an_uncommitted_lease_ends_it_and_is_due_once(
+        harness: Harness) -> None:
+    """Without the lease ended, the delivery would be both leased and due: the next lease of
+    it would collide with the lease left over (a tick failing on a duplicate key), or it
+    would be handed to the queue twice."""
+    h = harness
+    (key,) = schedule_webhook(h, "moved-meanwhile", at=h.clock.now())
+    later = h.clock.now() + minutes(30)
+    scanner_conn, leased = _open_lease(h)
+    try:
+        assert len(leased) == 1
+        _run_into(h, scanner_conn, lambda app: schedules.reschedule(
+            app, tenant="acme", key="moved-meanwhile", now=h.clock.now(), at=later))
+    finally:
+        scanner_conn.close()
+    (moved,) = [r for r in _deliveries(h, "moved-meanwhile") if r["state"] == "scheduled"]
+    assert pending_lease(h, moved["delivery_key"]) is None
+    entry = due_entry(h, moved["delivery_key"])
+    assert entry is not None and entry["due_at"] == later
+    assert violations(h.conn, now=h.clock.now()) == []
+    h.clock.set(later)
+    assert tick(h)["leased"] == 1
+    assert len(take_messages(h)) == 1
+    assert key  # the old occurrence's key, ended by the reschedule
+
+
+def test_a_reschedule_waiting_on_a_reclaim_leaves_one_due_entry_at_the_new_time(
+        harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "reclaimed-meanwhile", at=h.clock.now())
+    tick(h)  # leased, the message lost
+    assert pending_lease(h, key) is not None
+    after = h.clock.now() + timedelta(seconds=301)
+    later = h.clock.now() + minutes(30)
+    reclaim_conn = db.connect(h.rt.settings.database_url)
+    reclaim_conn.execute("begin")
+    try:
+        back = db.fetch_all(reclaim_conn, "pending_leases_reclaim", {
+            "now": after, "lease_seconds": 300, "limit": 100})
+        assert len(back) == 1
+        _run_into(h, reclaim_conn, lambda app: schedules.reschedule(
+            app, tenant="acme", key="reclaimed-meanwhile", now=h.clock.now(), at=later))
+    finally:
+        reclaim_conn.close()
+    (moved,) = [r for r in _deliveries(h, "reclaimed-meanwhile") if r["state"] == "scheduled"]
+    entry = due_entry(h, moved["delivery_key"])
+    assert entry is not None and entry["due_at"] == later
+    assert pending_lease(h, moved["delivery_key"]) is None
+    assert violations(h.conn, now=after) == []
+
+
+def test_a_message_whose_row_was_held_while_its_lease_was_taken_comes_back_for_it(
+        harness: Harness) -> None:
+    """The batch takes its leases while an application holds one row, and that application
+    lets go before the batch locks its rows: the row is free, its lease still pending. The
+    message fails alone and takes its lease when it comes back; dropped, the reminder would
+    wait out a whole lease period."""
+    h = harness
+    (key,) = schedule_webhook(h, "held-at-take", at=h.clock.now())
+    tick(h)
+    messages = take_messages(h)
+    app = db.connect(h.rt.settings.database_url)
+    app.execute("begin")
+    app.execute("select 1 from deliveries where delivery_key = %s for update", (key,))
+
+    def let_go(name: str) -> None:
+        if name == "deliveries_lock":
+            app.execute("rollback")
+
+    db.before_statement = let_go
+    try:
+        answer: dict[str, Any] = consumer.process_batch(event_for(h, messages), h.rt)
+    finally:
+        db.before_statement = None
+        app.close()
+    assert [f["itemIdentifier"] for f in answer["batchItemFailures"]] == [
+        messages[0]["MessageId"]]
+    assert delivery(h, key)["state"] == "scheduled" and pending_lease(h, key) is not None
+    assert effects(h) == {}
+    answer = consumer.process_batch(event_for(h, messages), h.rt)  # it comes back
+    assert answer == {"batchItemFailures": []}
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+
+
+def test_a_scanner_tick_takes_no_delivery_row_lock(harness: Harness) -> None:
+    """An application holding every due row (an open transaction) does not slow a tick down:
+    the scanner leases from the due set, never from the rows."""
+    h = harness
+    keys = schedule_webhook(h, "all-held", recipients=[f"p{i}" for i in range(5)])
+    app = db.connect(h.rt.settings.database_url)
+    try:
+        app.execute("begin")
+        app.execute("select 1 from deliveries for update")
+        out = scanner.tick(h.rt)
+    finally:
+        app.execute("rollback")
+        app.close()
+    assert (out.leased, out.published) == (5, 5)
+    assert all(pending_lease(h, k) for k in keys)
+
+
+def _deliveries(h: Harness, schedule_key: str) -> list[db.Row]:
+    return h.conn.execute(
+        "select d.delivery_key, d.state from deliveries d join schedules s "
+        "on s.id = d.schedule_id where s.schedule_key = %s", (schedule_key,)).fetchall()
+
