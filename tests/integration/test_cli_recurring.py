@@ -339,7 +339,9 @@ def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.
     assert (resumed.code, resumed.out, resumed.err) == (0, "tenant acme resumed\n", "")
     sent = cli("tick", "--json", now=later).json()
     assert (sent["leased"], sent["published"], sent["released"]) == (1, 1, 0)
-    assert cli("show", key, "--json", now=later).json()["state"] == "leased"
+    shown = cli("show", key, "--json", now=later).json()
+    # Leased, its lease pending: the row says scheduled until a consumer takes it.
+    assert (shown["state"], shown["lease_pending_until"]) == ("scheduled", "2027-03-15T08:06:00Z")
 
 
 # ---------------------------------------------------------------- list and reconcile

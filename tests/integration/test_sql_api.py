@@ -223,6 +223,9 @@ def lease(conn: db.Connection, now: Any) -> list[db.Row]:
 
 
 def start_send(conn: db.Connection, leased: db.Row, now: Any) -> None:
+    """As a consumer: take the pending lease onto the row, then start the attempt."""
+    assert db.execute(conn, "deliveries_take_leases", {
+        "ids": [leased["id"]], "tokens": [leased["lease_token"]], "now": now}) == 1
     started = db.fetch_all(conn, "attempts_start", {
         "ids": [leased["id"]], "tokens": [leased["lease_token"]],
         "deadlines": [now + timedelta(seconds=30)], "now": now})
