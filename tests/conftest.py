@@ -156,8 +156,10 @@ def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock
 def harness(database_url: str, conn: db.Connection, queue_urls: config.QueueUrls,
             moto_endpoint: str, receiver: Any, clock: FixedClock) -> Iterator[Harness]:
     rt = make_runtime(database_url, queue_urls, moto_endpoint, clock)
-    yield Harness(rt, conn, receiver, clock, moto_endpoint)
+    h = Harness(rt, conn, receiver, clock, moto_endpoint)
+    yield h
     rt.close()
+    h.rt.close()  # a test may have put a runtime with other limits in its place
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

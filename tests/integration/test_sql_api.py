@@ -146,6 +146,101 @@ def test_bad_input_is_refused_with_its_sqlstate(clients: Callable[[str | None], 
     assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
 
 
+# ---------------------------------------------------------------- webhook URLs
+
+SCHEDULE_WEBHOOK = ("select * from reminders.schedule(key => %s, recipients => %s,"
+                    " channel => 'webhook', at => %s, destination => %s)")
+HOOK = "https://hooks.example.com/reminders"
+
+
+def register_endpoint(conn: db.Connection, url: str) -> None:
+    """An endpoint row as the operator's tools wrote it before URLs were checked when
+    registered (the check ran only at send time then)."""
+    conn.execute("insert into endpoints (tenant, url, secret) values (null, %s, %s)",
+                 (url, "whsec_" + "A" * 32))
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("https://hooks.example.com/a\tb",
+     "destination: webhook URL: the path contains a control character (U+0009)"),
+    ("https://hooks.example.com/a b",
+     "destination: webhook URL: the path contains whitespace (U+0020)"),
+    ("https://hooks.example.com\x7f.evil/x",
+     "destination: webhook URL: the host contains a control character (U+007F)"),
+    ("https://hooks.example.com/x?a=\x85b",
+     "destination: webhook URL: the query contains a control character (U+0085)"),
+    ("https://hooks.example.com/x\u3000",
+     "destination: webhook URL: the URL ends with whitespace (U+3000)"),
+], ids=["tab", "space", "del", "nel", "ideographic-space"])
+def test_a_webhook_url_with_a_control_character_or_whitespace_is_refused(
+        clients: Callable[[str | None], Client], conn: db.Connection, url: str,
+        message: str) -> None:
+    register_endpoint(conn, url)
+    err = clients("acme").refused(SCHEDULE_WEBHOOK, ("hook-1", ["alice"], T0, url))
+    assert sqlstate(err) == ("RM400", message)
+    assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
+
+
+def test_a_nul_in_a_webhook_url_never_reaches_the_sql_api(
+        clients: Callable[[str | None], Client], conn: db.Connection) -> None:
+    # Postgres text cannot hold U+0000: the driver refuses the parameter before sending it, and
+    # a NUL made inside SQL is refused where it is made. No endpoint row can hold one either.
+    acme = clients("acme")
+    url = "https://hooks.example.com\x00.evil/x"
+    with pytest.raises(psycopg.DataError, match="NUL"):
+        acme.rows(SCHEDULE_WEBHOOK, ("hook-1", ["alice"], T0, url))
+    err = acme.refused(SCHEDULE_WEBHOOK.replace("destination => %s",
+                                                "destination => %s || chr(0) || '.evil/x'"),
+                       ("hook-1", ["alice"], T0, "https://hooks.example.com"))
+    assert sqlstate(err) == ("54000", "null character not permitted")
+    assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
+
+
+def test_a_clean_registered_webhook_url_is_scheduled(
+        clients: Callable[[str | None], Client], conn: db.Connection) -> None:
+    register_endpoint(conn, HOOK)
+    acme = clients("acme")
+    (row,) = acme.rows(SCHEDULE_WEBHOOK, ("hook-1", ["alice"], T0, HOOK))
+    assert (row["created"], row["recipient"], row["state"]) == (True, "alice", "scheduled")
+    assert acme.rows("select destination from reminders.my_deliveries") == [
+        {"destination": HOOK}]
+
+
+# The SQL check against the Python one, part by part: the same words for the same URL.
+URL_SAMPLES = [
+    " https://hooks.example.com/x", "https://hooks.example.com/x\n", "ht\ttps://h.example/x",
+    "no\x01colon", "https://us\u00a0er:pw@hooks.example.com/x",
+    "https://user@hooks.example\x9f.com/x", "https://hooks.example.com:44\x013/x",
+    "https://[2001:db8::1\x0b]:443/x", "https://[2001:db8::1]:44\u20283/x",
+    "https://hooks.example.com?q=\x1fa#f", "https://hooks.example.com/p#frag\u2009ment",
+    "https://hooks.example.com/p#f?q\x7fz", "https://h.example/a?b\u1680c#d",
+    "https://a@b@h.example\u205f:1/x", "mailto:someone\u202f@example.com",
+    "https:/h.example/a\u2000b?q", "https://h.example:8443/\x1cz",
+    "https://h.example/\u3000/x", "https://h.example/ok",
+]
+
+
+def test_the_sql_url_check_words_each_refusal_as_the_python_check(
+        conn: db.Connection) -> None:
+    from reminders.channels.addresses import check_url_characters
+    from reminders.errors import InvalidInput
+
+    for url in URL_SAMPLES:
+        try:
+            check_url_characters(url, "destination: webhook URL")
+            expected: tuple[str | None, str | None] = (None, None)
+        except InvalidInput as exc:
+            expected = ("RM400", str(exc))
+        try:
+            with conn.transaction():
+                conn.execute("select check_url_characters(%s, 'destination: webhook URL')",
+                             (url,))
+            got: tuple[str | None, str | None] = (None, None)
+        except psycopg.Error as err:
+            got = sqlstate(err)
+        assert got == expected, repr(url)
+
+
 def test_a_rolled_back_booking_leaves_no_reminder_and_no_message(
         clients: Callable[[str | None], Client], harness: Harness) -> None:
     acme = clients("acme")
@@ -164,6 +259,28 @@ def test_a_rolled_back_booking_leaves_no_reminder_and_no_message(
         acme.conn.execute(SCHEDULE_EMAIL, ("booking-1", ["alice@example.com"], T0))
     tick = scanner.tick(harness.rt)
     assert (tick.leased, tick.published) == (1, 1)
+
+
+def test_the_sql_url_check_refuses_the_same_characters_as_the_python_check(
+        conn: db.Connection) -> None:
+    # Every code point up to U+30FF (the last control or space character is U+3000), inside
+    # a path: refused by the SQL check exactly when the Python check refuses it.
+    import unicodedata
+
+    conn.execute("""
+        create function pg_temp.refused(url text) returns boolean language plpgsql as $f$
+        begin
+            perform check_url_characters(url, 'u');
+            return false;
+        exception when sqlstate 'RM400' then
+            return true;
+        end $f$""")
+    refused = [r["n"] for r in conn.execute(
+        "select n from generate_series(1, 12543) n where n not between 55296 and 57343"
+        " and pg_temp.refused('https://h.example/a' || chr(n) || 'b') order by n")]
+    expected = [n for n in range(1, 12544) if not 0xD800 <= n <= 0xDFFF
+                and (unicodedata.category(chr(n)) == "Cc" or chr(n).isspace())]
+    assert refused == expected
 
 
 # ---------------------------------------------------------------- recurring
