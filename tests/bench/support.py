@@ -204,14 +204,15 @@ def settle_leased(conn: db.Connection) -> int:
 
 
 def index_reads(conn: db.Connection, work: Callable[[], Any]) -> dict[str, int]:
-    """Index entries each index of ``deliveries`` returned while ``work`` ran on ``conn``
+    """Index entries each index of ``deliveries`` and of ``due_queue`` (the due set the
+    scanner leases from) returned while ``work`` ran on ``conn``
     (``pg_stat_user_indexes.idx_tup_read`` before and after; the session flushes its
     counters before it answers ``pg_stat_force_next_flush()``)."""
 
     def snapshot() -> dict[str, int]:
         rows = conn.execute("""
             select indexrelname, idx_tup_read from pg_stat_user_indexes
-            where relname = 'deliveries'""").fetchall()
+            where relname in ('deliveries', 'due_queue')""").fetchall()
         return {r["indexrelname"]: int(r["idx_tup_read"]) for r in rows}
 
     conn.execute("select pg_stat_force_next_flush()")  # earlier work is counted before

@@ -321,22 +321,20 @@ where q.id = any(array(select id from ours));
 -- that expire further ahead than a lease lasts: taken by a clock running ahead) are due
 -- entries again. A pending lease never has a send in flight, and no consumer received its
 -- message (a consumer takes the lease first thing), so it is due again as it was.
-with candidates as (  -- two ranges of the expiry index, each bounded
-    (select id from due_queue where token is not null and expires_at < %(now)s
-     order by expires_at limit %(limit)s)
-    union all
-    (select id from due_queue where token is not null
-       and expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)
-     order by expires_at desc limit %(limit)s)
-), expired as (
-    select q.id from due_queue q
-    where q.id = any(array(select id from candidates)) and q.token is not null
-      and (q.expires_at < %(now)s
-           or q.expires_at > %(now)s + make_interval(secs => %(lease_seconds)s))
-    for update of q skip locked
+-- Two ranges of the expiry index, each bounded, each row locked as it is read (a lease that
+-- changed meanwhile is read again, and left if it no longer qualifies).
+with expired as (
+    select id from due_queue where token is not null and expires_at < %(now)s
+    order by expires_at limit %(limit)s
+    for update skip locked
+), ahead as (
+    select id from due_queue where token is not null
+      and expires_at > %(now)s + make_interval(secs => %(lease_seconds)s)
+    order by expires_at desc limit %(limit)s
+    for update skip locked
 )
 update due_queue q set token = null, expires_at = null
-where q.id = any(array(select id from expired))
+where q.id = any(array(select id from expired union all select id from ahead))
 returning q.id, q.tenant, q.state, false as tried;
 -- name: lease_release
 -- Fenced: hands back leases a consumer took and may not use yet (a paused tenant, not due by
@@ -481,8 +479,11 @@ select extract(epoch from %(now)s - least(
                order by q.due_at, q.id limit 1) o
            where t.paused))::float8 as paused_seconds,
        (select count(*) from (
-           select 1 from due_queue where token is null and due_at <= %(now)s
-           order by due_at, id limit %(cap)s) c) as overdue;
+           select 1 from tenants t cross join lateral (
+               select 1 from due_queue q
+               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+               limit %(cap)s) o
+           limit %(cap)s) c) as overdue;
 -- ---------------------------------------------------------------- consumer and redrive
 
 -- name: deliveries_take_leases

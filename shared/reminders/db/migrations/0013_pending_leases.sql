@@ -33,9 +33,11 @@ create table due_queue (
     expires_at  timestamptz,
     check ((token is null) = (expires_at is null))
 );
--- Due entries, per tenant (a pass's fair shares) and across tenants (the overdue count).
+-- Due entries, per tenant: every read of them goes tenant by tenant (a pass's fair shares,
+-- the lateness, the overdue count), so that no other index can serve it, whatever the
+-- table's statistics say (a queue's statistics are often stale: it fills and drains between
+-- two analyses).
 create index due_queue_tenant_due on due_queue (tenant, due_at, id) where token is null;
-create index due_queue_due on due_queue (due_at, id) where token is null;
 -- Pending leases: by expiry (the reclaim), by due time (their lateness).
 create index due_queue_expiry on due_queue (expires_at) where token is not null;
 create index due_queue_leased_due on due_queue (due_at) where token is not null;
@@ -104,4 +106,10 @@ select id, tenant, state, due_at from deliveries where state in ('scheduled', 'r
 -- served only the scanner; the one on (due_at) stays for the operator's reads (status, the
 -- console), which ask about rows, not leases.
 drop index deliveries_tenant_due;
+-- A queue's table churns: analysed and vacuumed after a few thousand changes, not a fraction
+-- of its size.
+alter table due_queue set (autovacuum_analyze_scale_factor = 0,
+                           autovacuum_analyze_threshold = 5000,
+                           autovacuum_vacuum_scale_factor = 0,
+                           autovacuum_vacuum_threshold = 5000);
 analyze due_queue;
