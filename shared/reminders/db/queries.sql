@@ -469,7 +469,9 @@ select extract(epoch from %(now)s - least(
             where not t.paused),
            (select m from (select min(due_at) as m from deliveries where state = 'leased') l
             where m <= %(now)s),
-           (select m from (select min(due_at) as m from due_queue where token is not null) l
+           (select m from (  -- pending leases: at most the in-flight budget
+                select min(due_at) as m from due_queue
+                where token is not null and expires_at is not null) l
             where m <= %(now)s))
        )::float8 as seconds,
        extract(epoch from %(now)s - (

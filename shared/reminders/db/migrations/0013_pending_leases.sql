@@ -38,9 +38,10 @@ create table due_queue (
 -- table's statistics say (a queue's statistics are often stale: it fills and drains between
 -- two analyses).
 create index due_queue_tenant_due on due_queue (tenant, due_at, id) where token is null;
--- Pending leases: by expiry (the reclaim), by due time (their lateness).
+-- Pending leases, by expiry: the reclaim reads its two ends; the in-flight count and the
+-- lateness of leases not taken yet read it whole (never more than the in-flight budget). The
+-- only index of pending leases, so stale statistics cannot steer the reclaim onto another.
 create index due_queue_expiry on due_queue (expires_at) where token is not null;
-create index due_queue_leased_due on due_queue (due_at) where token is not null;
 
 create function due_queue_inserted() returns trigger
 language plpgsql as $$
