@@ -136,6 +136,15 @@ def bench_lease_statement(server: str, template: str) -> Figures:
             took = run(conn, sql)
             if i >= warmup:
                 spent[name].append(took)
+    # WAL a leased row: one more statement each, after the rounds (a checkpoint's full-page
+    # images fall where they fall, so this moves between runs).
+    wal: dict[str, float] = {}
+    for name, conn, sql in contenders:
+        start_lsn = conn.execute("select pg_current_wal_insert_lsn()::text as l").fetchone()
+        run(conn, sql)
+        spent_wal = conn.execute("select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)"
+                                 " as d", ((start_lsn or {})["l"],)).fetchone()
+        wal[name] = float((spent_wal or {})["d"]) / BATCH
     for conn in (lease, bare, narrow):
         conn.close()
     # Medians: a statement that a neighbour on the machine slowed counts once.
@@ -147,7 +156,10 @@ def bench_lease_statement(server: str, template: str) -> Figures:
             "bare_claim_rows_per_s": BATCH / median["bare"],
             "bare_claim_due_queue_rows_per_s": BATCH / median["narrow"],
             "lease_over_bare": median["bare"] / median["lease"],
-            "lease_over_bare_due_queue": median["narrow"] / median["lease"]}
+            "lease_over_bare_due_queue": median["narrow"] / median["lease"],
+            "wal_bytes_per_leased_row": wal["lease"],
+            "bare_claim_wal_bytes_per_leased_row": wal["bare"],
+            "bare_claim_due_queue_wal_bytes_per_leased_row": wal["narrow"]}
 
 
 # ---------------------------------------------------------------- 2. the whole scanner tick
