@@ -203,3 +203,27 @@ def _deliveries(h: Harness, schedule_key: str) -> list[db.Row]:
         "select d.delivery_key, d.state from deliveries d join schedules s "
         "on s.id = d.schedule_id where s.schedule_key = %s", (schedule_key,)).fetchall()
 
+
+
+def test_a_tick_neither_leases_nor_waits_for_a_delivery_an_open_transaction_is_cancelling(
+        harness: Harness) -> None:
+    """The other order: an application's cancel has run, not committed, when a tick leases.
+    The trigger holds the due entry it is deleting: the tick skips it (no lease of a delivery
+    about to be suppressed, and no wait), and the commit leaves nothing due."""
+    h = harness
+    (key,) = schedule_webhook(h, "cancel-open", at=h.clock.now())
+    (other,) = schedule_webhook(h, "other", at=h.clock.now(), recipients=["bob"])
+    app = db.connect(h.rt.settings.database_url)
+    try:
+        app.execute("begin")
+        schedules.cancel(app, tenant="acme", key="cancel-open", now=h.clock.now())
+        # This thread holds the lock: a tick that waited for it would wait out its lock
+        # timeout and fail with Conflict.
+        out = scanner.tick(h.rt)
+        assert (out.leased, out.published) == (1, 1)
+        assert pending_lease(h, other) is not None and pending_lease(h, key) is None
+        app.execute("commit")
+    finally:
+        app.close()
+    assert delivery(h, key)["state"] == "suppressed" and due_entry(h, key) is None
+    assert violations(h.conn, now=h.clock.now()) == []
