@@ -279,8 +279,9 @@ def test_two_consumers_taking_one_message_at_once_make_one_effect(harness: Harne
 
 def test_a_take_waiting_on_a_reclaim_and_a_cancel_waiting_on_the_take_do_not_deadlock(
         harness: Harness) -> None:
-    """The lock order of the three writers of one pending lease: the reclaim holds the
-    `due_queue` row; the consumer's take holds the delivery row and waits on it; a cancel
+    """The lock order of the three writers of one pending lease: the reclaim (its clock past
+    the expiry) holds the `due_queue` row; the consumer's take (its clock a lease behind, so
+    the lease is live by it) holds the delivery row and waits on it; a cancel
     waits on the delivery row. The reclaim commits, the take finds the lease ended and takes
     nothing, the cancel suppresses the delivery, and the message finds no lease."""
     h = harness
@@ -297,8 +298,8 @@ def test_a_take_waiting_on_a_reclaim_and_a_cancel_waiting_on_the_take_do_not_dea
 
     def take() -> None:
         try:
-            taken.append(db.execute(take_conn, "deliveries_take_leases", {
-                "ids": [lease[0]], "tokens": [lease[1]], "now": after}))
+            taken.append(db.execute(take_conn, "deliveries_take_leases", {  # its clock behind
+                "ids": [lease[0]], "tokens": [lease[1]], "now": h.clock.now()}))
         except BaseException as exc:  # noqa: BLE001 (surfaced below)
             errors.append(exc)
 
