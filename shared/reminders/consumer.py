@@ -276,9 +276,11 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
                     f"message {message_id}: delivery {message.delivery_id} is held by "
                     "another transaction", retryable=True)
             elif row["pending_token"] is not None and \
-                    row["pending_token"] == message.lease_token:
+                    row["pending_token"] == message.lease_token and \
+                    row["pending_expires_at"] > now:
                 # Its row was held when the batch took its leases: the lease is still pending,
-                # and the message comes back to take it.
+                # and the message comes back to take it. (One whose lease has expired is late:
+                # re-checked below, it is ignored, and the scanner's reclaim makes it due.)
                 run.failures[message_id] = Conflict(
                     f"message {message_id}: delivery {message.delivery_id} was held by another "
                     "transaction; its lease is still pending", retryable=True)

@@ -63,13 +63,16 @@ def decide(rt: Runtime, conn: db.Connection, message: LeaseMessage, message_id: 
     now = rt.clock.now()
     with db.transaction(conn):
         ids = [message.delivery_id]
-        # As a consumer does first: a lease still pending moves onto its row (the message
-        # reached consumers, and each failed before taking it), so it is replayed as one taken.
-        db.execute(conn, "deliveries_take_leases", {
-            "ids": ids, "tokens": [message.lease_token], "now": now})
         if not db.fetch_all(conn, "deliveries_lock", {"ids": ids}):
             raise Conflict(f"delivery {message.delivery_id} is held by another transaction; "
                            "the message comes back", retryable=False)
+        # As a consumer does first: a lease still pending moves onto its row (the message
+        # reached consumers, and each failed before taking it), so it is replayed as one taken.
+        # Taken under the row lock this transaction holds (never skipped then): taken before
+        # it, a row held a moment earlier kept its lease pending, and the message was dropped
+        # as "already due again" with that lease left to expire.
+        db.execute(conn, "deliveries_take_leases", {
+            "ids": ids, "tokens": [message.lease_token], "now": now})
         (row,) = db.fetch_all(conn, "recheck_load", {"ids": ids})
         return _decide_locked(rt, conn, row, message, message_id, now)
 

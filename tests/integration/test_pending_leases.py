@@ -9,6 +9,15 @@ between two of its statements while another runs into it, over the real Postgres
   the new due time.
 - A consumer whose row was held when it took its batch's leases fails that message alone and
   takes the lease when it comes back, instead of dropping it for a lease period.
+- The redrive takes a dead-lettered message's pending lease under the row lock it decides
+  under, so a row held until just before it locks is replayed, not dropped with its lease
+  left pending for a lease period.
+- Two consumers taking one message at once: one takes the lease, the other's message fails
+  alone and, when it comes back, finds the send made; one effect.
+- A consumer's take waiting on a reclaim of its pending lease, and a cancel waiting on the
+  consumer's row lock: no deadlock, the take finds no lease, the cancel stands.
+- An application's REPEATABLE READ transaction that cancels after a lease committed since its
+  snapshot gets a retryable Conflict (never a raw database error); its retry ends the lease.
 """
 
 from __future__ import annotations
@@ -19,10 +28,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from reminders import consumer, db, scanner, schedules
+import pytest
+
+from reminders import consumer, db, redrive, scanner, schedules
+from reminders.errors import Conflict
 from reminders.invariants import violations
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import (
+    bodies,
     delivery,
     due_entry,
     effects,
@@ -196,6 +209,158 @@ def test_a_scanner_tick_takes_no_delivery_row_lock(harness: Harness) -> None:
         app.close()
     assert (out.leased, out.published) == (5, 5)
     assert all(pending_lease(h, k) for k in keys)
+
+
+def test_a_dead_lettered_message_whose_row_was_held_until_the_redrive_locked_it_is_replayed(
+        harness: Harness) -> None:
+    """Its consumers failed before taking the lease (the row was held each time), so the
+    message reached the dead-letter queue with its lease still pending. An application holds
+    the row until just before the redrive locks it: the redrive must take the lease under its
+    own row lock and replay the delivery now. Taking it before the lock, it found the row
+    held, then the row free and `scheduled`, and dropped the message as "already due again"
+    while its lease stayed pending: the reminder waited out a whole lease period."""
+    h = harness
+    (key,) = schedule_webhook(h, "held-at-redrive", at=h.clock.now())
+    tick(h)
+    messages = take_messages(h)  # dead-lettered without ever being taken
+    app = db.connect(h.rt.settings.database_url)
+    app.execute("begin")
+    app.execute("select 1 from deliveries where delivery_key = %s for update", (key,))
+
+    def let_go(name: str) -> None:
+        if name == "deliveries_lock" and not app.closed:
+            app.execute("rollback")
+
+    db.before_statement = let_go
+    try:
+        answer: dict[str, Any] = redrive.process_batch(event_for(h, messages), h.rt)
+    finally:
+        db.before_statement = None
+        app.close()
+    assert answer == {"batchItemFailures": []}
+    assert pending_lease(h, key) is None
+    row = delivery(h, key)
+    assert (row["state"], row["redrives"]) == ("scheduled", 1)
+    entry = due_entry(h, key)
+    assert entry is not None and entry["due_at"] == h.clock.now()  # due again now
+    assert violations(h.conn, now=h.clock.now()) == []
+    assert tick(h)["leased"] == 1  # and the next tick hands it over
+
+
+def test_two_consumers_taking_one_message_at_once_make_one_effect(harness: Harness) -> None:
+    """SQS hands one message to two consumers. The first's take holds the row (uncommitted)
+    while the second takes the same lease: the second skips the row, fails that message alone,
+    and when it comes back finds the lease taken; the first then finds the send made."""
+    h = harness
+    (key,) = schedule_webhook(h, "two-at-once", at=h.clock.now())
+    tick(h)
+    messages = take_messages(h)
+    (lease,) = [(int(b["delivery_id"]), b["lease_token"]) for b in bodies(messages)]
+    first = db.connect(h.rt.settings.database_url)
+    try:
+        first.execute("begin")
+        assert db.execute(first, "deliveries_take_leases", {
+            "ids": [lease[0]], "tokens": [lease[1]], "now": h.clock.now()}) == 1
+        answer: dict[str, Any] = consumer.process_batch(event_for(h, messages), h.rt)
+        assert [f["itemIdentifier"] for f in answer["batchItemFailures"]] == [
+            messages[0]["MessageId"]]
+        assert effects(h) == {}
+        first.execute("commit")
+    finally:
+        first.close()
+    row = delivery(h, key)
+    assert (row["state"], str(row["lease_token"])) == ("leased", lease[1])
+    assert pending_lease(h, key) is None and due_entry(h, key) is None
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+    assert violations(h.conn, now=h.clock.now()) == []
+
+
+def test_a_take_waiting_on_a_reclaim_and_a_cancel_waiting_on_the_take_do_not_deadlock(
+        harness: Harness) -> None:
+    """The lock order of the three writers of one pending lease: the reclaim (its clock past
+    the expiry) holds the `due_queue` row; the consumer's take (its clock a lease behind, so
+    the lease is live by it) holds the delivery row and waits on it; a cancel
+    waits on the delivery row. The reclaim commits, the take finds the lease ended and takes
+    nothing, the cancel suppresses the delivery, and the message finds no lease."""
+    h = harness
+    (key,) = schedule_webhook(h, "three-writers", at=h.clock.now())
+    tick(h)
+    messages = take_messages(h)
+    (lease,) = [(int(b["delivery_id"]), b["lease_token"]) for b in bodies(messages)]
+    after = h.clock.now() + timedelta(seconds=301)
+    reclaim_conn = db.connect(h.rt.settings.database_url)
+    take_conn = db.connect(h.rt.settings.database_url)
+    cancel_conn = db.connect(h.rt.settings.database_url)
+    taken: list[int] = []
+    errors: list[BaseException] = []
+
+    def take() -> None:
+        try:
+            taken.append(db.execute(take_conn, "deliveries_take_leases", {  # its clock behind
+                "ids": [lease[0]], "tokens": [lease[1]], "now": h.clock.now()}))
+        except BaseException as exc:  # noqa: BLE001 (surfaced below)
+            errors.append(exc)
+
+    def cancel() -> None:
+        try:
+            schedules.cancel(cancel_conn, tenant="acme", key="three-writers", now=after)
+        except BaseException as exc:  # noqa: BLE001 (surfaced below)
+            errors.append(exc)
+
+    try:
+        reclaim_conn.execute("begin")
+        assert len(db.fetch_all(reclaim_conn, "pending_leases_reclaim", {
+            "now": after, "lease_seconds": 300, "limit": 100})) == 1
+        taker = threading.Thread(target=take)
+        taker.start()
+        assert _waits_on_a_lock(h, taker, take_conn.info.backend_pid)
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        assert _waits_on_a_lock(h, canceller, cancel_conn.info.backend_pid)
+        reclaim_conn.execute("commit")
+        taker.join(15)
+        canceller.join(15)
+        assert not taker.is_alive() and not canceller.is_alive() and errors == []
+    finally:
+        for c in (reclaim_conn, take_conn, cancel_conn):
+            c.close()
+    assert taken == [0]
+    assert delivery(h, key)["state"] == "suppressed"
+    assert pending_lease(h, key) is None and due_entry(h, key) is None
+    h.clock.set(after)
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert delivery(h, key)["state"] == "suppressed" and effects(h) == {}
+    assert violations(h.conn, now=after) == []
+
+
+def test_a_repeatable_read_cancel_after_a_lease_committed_is_a_retryable_conflict(
+        harness: Harness) -> None:
+    """An application's REPEATABLE READ transaction took its snapshot before the scanner's
+    lease committed: its cancel cannot end a lease it does not see, so Postgres refuses it
+    and the application gets a retryable Conflict; the retry ends the lease."""
+    h = harness
+    (key,) = schedule_webhook(h, "rr-cancel", at=h.clock.now())
+    app = db.connect(h.rt.settings.database_url)
+    try:
+        app.execute("begin isolation level repeatable read")
+        app.execute("select count(*) from deliveries")  # the snapshot is taken
+        tick(h)
+        assert pending_lease(h, key) is not None
+        with pytest.raises(Conflict) as refused:
+            schedules.cancel(app, tenant="acme", key="rr-cancel", now=h.clock.now())
+        assert refused.value.retryable
+        app.execute("rollback")
+        schedules.cancel(app, tenant="acme", key="rr-cancel", now=h.clock.now())
+    finally:
+        app.close()
+    assert delivery(h, key)["state"] == "suppressed"
+    assert pending_lease(h, key) is None and due_entry(h, key) is None
+    messages = take_messages(h)
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert effects(h) == {}
+    assert violations(h.conn, now=h.clock.now()) == []
 
 
 def _deliveries(h: Harness, schedule_key: str) -> list[db.Row]:

@@ -66,6 +66,31 @@ def test_a_consumer_outage_of_many_leases_parks_nothing_dead(harness: Harness,
     assert set(effects(h)) == set(keys)
 
 
+def test_messages_read_after_their_pending_lease_expired_park_nothing_dead(
+        harness: Harness, database_url: str) -> None:
+    """Item 1: a backlogged consumer reads each message after its lease expired and before the
+    next tick reclaims it. Such a message is late, not a poison pill: its pending lease is not
+    taken onto the row (which would count a failed receipt when the lease is reclaimed), and
+    the message is dropped as late instead of coming back. Taken, two late reads in a row
+    parked the reminder `dead` without a single send."""
+    h = harness
+    _runtime(h, database_url, max_empty_leases=2, lease_seconds=60)
+    (key,) = schedule_webhook(h, "late-reads")
+    for _ in range(4):  # four lease lengths of a consumer always one lease behind
+        tick(h)
+        row = delivery(h, key)
+        assert row["state"] == "scheduled", row["reason"]  # due again, leased again
+        late = take_messages(h)
+        assert len(late) == 1
+        h.clock.advance(timedelta(seconds=61))  # expired, not reclaimed yet
+        assert consumer.process_batch(event_for(h, late), h.rt) == {"batchItemFailures": []}
+        assert effects(h) == {}
+    tick(h)
+    work(h)
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+    assert violations(h.conn, now=h.clock.now()) == []
+
+
 def test_an_operator_retry_of_a_poison_message_starts_its_count_afresh(
         harness: Harness, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness

@@ -498,7 +498,10 @@ select extract(epoch from %(now)s - least(
 -- back). A pending lease another transaction is ending (a reclaim, a release, a trigger's
 -- revocation) is waited for, briefly, and then gone: that message's lease is not current.
 -- The deliveries' own `state` and `due_at` fence it too: every change of either ends the
--- pending lease in the same transaction.
+-- pending lease in the same transaction. A pending lease that has expired by the consumer's
+-- clock is not taken: its message is late, not a poison pill (taken, the reclaim would count
+-- a failed receipt, and a consumer running a lease behind parked reminders dead unsent); the
+-- scanner's reclaim makes it due again as it was.
 with ours as (  -- rows found by key (`= any`), whatever the table's statistics say
     select d.id, d.state, w.token
     from deliveries d
@@ -512,6 +515,7 @@ with ours as (  -- rows found by key (`= any`), whatever the table's statistics 
     delete from due_queue l
     where l.id = any(array(select id from ours where state in ('scheduled', 'retrying')))
       and ((l.id, l.token) in (select id, token from ours)) is true
+      and l.expires_at > %(now)s
     returning l.id, l.token, l.expires_at
 ), marked as (  -- a lease already on its row: its message is received again
     update deliveries d set received = true
@@ -541,6 +545,7 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
        (select q.token from due_queue q where q.id = d.id) as pending_token,
+       (select q.expires_at from due_queue q where q.id = d.id) as pending_expires_at,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
        e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
