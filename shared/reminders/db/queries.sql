@@ -657,7 +657,9 @@ order by tenant, kind, channel, state;
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
 -- A leased delivery's next event is its lease's expiry, pending or taken.
-select least((select min(due_at) from due_queue where token is null),
+select least((select min(o.due_at) from tenants t cross join lateral (  -- a probe a tenant
+                  select q.due_at from due_queue q where q.tenant = t.id and q.token is null
+                  order by q.due_at, q.id limit 1) o),
              (select min(expires_at) from due_queue where token is not null),
              (select min(lease_expires_at) from deliveries where state = 'leased')) as at;
 
