@@ -142,6 +142,8 @@ def test_the_overview_says_what_status_json_says(console: Console, page: Any) ->
     shown = {s: int(page.inner_text(f"#count-{s}")) for s in operator.STATES}
     assert shown == expected["by_state"]
     assert int(page.inner_text("#total")) == expected["total"]
+    assert int(page.inner_text("#expired-leases")) == expected["expired_leases"]
+    assert int(page.inner_text("#pending-leases")) == expected["pending_leases"]
     assert expected["by_state"]["sent"] > 0 and expected["by_state"]["dead"] == 4
     assert page.locator("#paused-tenants li").all_inner_texts() == [
         f"{t} resume…" for t in expected["paused_tenants"]] == ["initech resume…"]
