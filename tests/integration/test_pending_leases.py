@@ -22,9 +22,10 @@ between two of its statements while another runs into it, over the real Postgres
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -84,6 +85,28 @@ def _run_into(h: Harness, holder: db.Connection,
         thread.join(15)
         assert not thread.is_alive() and errors == []
     finally:
+        app.close()
+
+
+@contextlib.contextmanager
+def _row_held_until(h: Harness, key: str, statement: str) -> Iterator[None]:
+    """An application holds the delivery's row (an open transaction) until the service is
+    about to run the named ``statement``, and lets go then."""
+    app = db.connect(h.rt.settings.database_url)
+    app.execute("begin")
+    app.execute("select 1 from deliveries where delivery_key = %s for update", (key,))
+    held = [True]
+
+    def let_go(name: str) -> None:
+        if name == statement and held:
+            app.execute("rollback")
+            held.clear()
+
+    db.before_statement = let_go
+    try:
+        yield
+    finally:
+        db.before_statement = None
         app.close()
 
 
@@ -171,20 +194,8 @@ def test_a_message_whose_row_was_held_while_its_lease_was_taken_comes_back_for_i
     (key,) = schedule_webhook(h, "held-at-take", at=h.clock.now())
     tick(h)
     messages = take_messages(h)
-    app = db.connect(h.rt.settings.database_url)
-    app.execute("begin")
-    app.execute("select 1 from deliveries where delivery_key = %s for update", (key,))
-
-    def let_go(name: str) -> None:
-        if name == "deliveries_lock":
-            app.execute("rollback")
-
-    db.before_statement = let_go
-    try:
+    with _row_held_until(h, key, "deliveries_lock"):
         answer: dict[str, Any] = consumer.process_batch(event_for(h, messages), h.rt)
-    finally:
-        db.before_statement = None
-        app.close()
     assert [f["itemIdentifier"] for f in answer["batchItemFailures"]] == [
         messages[0]["MessageId"]]
     assert delivery(h, key)["state"] == "scheduled" and pending_lease(h, key) is not None
@@ -223,20 +234,8 @@ def test_a_dead_lettered_message_whose_row_was_held_until_the_redrive_locked_it_
     (key,) = schedule_webhook(h, "held-at-redrive", at=h.clock.now())
     tick(h)
     messages = take_messages(h)  # dead-lettered without ever being taken
-    app = db.connect(h.rt.settings.database_url)
-    app.execute("begin")
-    app.execute("select 1 from deliveries where delivery_key = %s for update", (key,))
-
-    def let_go(name: str) -> None:
-        if name == "deliveries_lock" and not app.closed:
-            app.execute("rollback")
-
-    db.before_statement = let_go
-    try:
+    with _row_held_until(h, key, "deliveries_lock"):
         answer: dict[str, Any] = redrive.process_batch(event_for(h, messages), h.rt)
-    finally:
-        db.before_statement = None
-        app.close()
     assert answer == {"batchItemFailures": []}
     assert pending_lease(h, key) is None
     row = delivery(h, key)
