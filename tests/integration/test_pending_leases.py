@@ -156,7 +156,9 @@ def test_a_reschedule_waiting_on_an_uncommitted_lease_ends_it_and_is_due_once(
     h.clock.set(later)
     assert tick(h)["leased"] == 1
     assert len(take_messages(h)) == 1
-    assert key  # the old occurrence's key, ended by the reschedule
+    # The old occurrence, superseded by the reschedule, holds no lease and no due entry.
+    assert delivery(h, key)["state"] == "suppressed"
+    assert pending_lease(h, key) is None and due_entry(h, key) is None
 
 
 def test_a_reschedule_waiting_on_a_reclaim_leaves_one_due_entry_at_the_new_time(

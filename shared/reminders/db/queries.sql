@@ -544,8 +544,7 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
-       (select q.token from due_queue q where q.id = d.id) as pending_token,
-       (select q.expires_at from due_queue q where q.id = d.id) as pending_expires_at,
+       q.token as pending_token, q.expires_at as pending_expires_at,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
        e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
@@ -555,6 +554,7 @@ from deliveries d
 join schedules s on s.id = d.schedule_id
 join kinds k on k.name = s.kind
 join tenants t on t.id = d.tenant
+left join due_queue q on q.id = d.id  -- a pending lease, if one is waiting to be taken
 left join lateral (
     select id, tenant, secret, secret_ciphertext, secret_data_key, secret_key_id,
            next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
