@@ -25,7 +25,21 @@ SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
 
-.PHONY: setup demo console screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
+.PHONY: setup pooler demo console screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
+
+# PgBouncer, the local stand-in for RDS Proxy: every session of the demo and the tests goes
+# through it. Installed from the distribution's packages where this is root on Debian/Ubuntu;
+# elsewhere the one line that says how.
+pooler:
+	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "installing PgBouncer (the local stand-in for RDS Proxy) from apt"; \
+	        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; \
+	    else \
+	        echo "make: PgBouncer is needed (the local stand-in for RDS Proxy): sudo apt-get install pgbouncer" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
 
 # The demo needs only the package and the local stack (embedded Postgres, moto).
 $(LOCAL): pyproject.toml $(LOCK)
@@ -45,7 +59,7 @@ $(STAMP): $(LOCAL)
 
 setup: $(STAMP)
 
-demo: $(LOCAL)
+demo: $(LOCAL) pooler
 	$(BIN)/reminders demo
 
 # The delivery console (its web libraries are the `console` extra) on http://127.0.0.1:8765/,
@@ -58,14 +72,14 @@ $(CONSOLE_STAMP): $(LOCAL)
 	rm -f $(VENV)/.console-*
 	touch $(CONSOLE_STAMP)
 
-console: $(CONSOLE_STAMP)
+console: $(CONSOLE_STAMP) pooler
 	$(BIN)/reminders console
 
 # docs/console-*.png from Chromium (apt: chromium) against demo-like traffic.
 screenshots: setup
 	$(BIN)/python -m tests.console_screenshots
 
-test: setup lint typecheck
+test: setup pooler lint typecheck
 	$(BIN)/pytest
 
 lint: setup
@@ -92,7 +106,7 @@ $(BENCH_STAMP): $(STAMP)
 	rm -f $(VENV)/.bench-*
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)  ## figures as ratios in one run (docs/BENCHMARKS.md); 4-6 minutes
+bench: $(BENCH_STAMP) pooler  ## figures as ratios in one run (docs/BENCHMARKS.md); 4-6 minutes
 	$(BIN)/python -m tests.bench.run
 
 # The lock: every package of every extra, the layer's and the installers', name==version.

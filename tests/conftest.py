@@ -24,7 +24,7 @@ from reminders import config, db
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
 from reminders.db import migrate
-from reminders.local import stack
+from reminders.local import pooler, stack
 from reminders.queue import Queue
 from reminders.runtime import Runtime
 
@@ -38,27 +38,65 @@ if os.environ.get("CI"):
 _counter = itertools.count()
 
 
+@dataclass(frozen=True)
+class PgCluster:
+    """The session's Postgres: ``direct`` reaches the server itself (creating and migrating
+    databases), ``pooler`` is the PgBouncer every client goes through, as the deployed
+    functions go through RDS Proxy (see reminders.local.pooler)."""
+
+    direct: str
+    pooler: pooler.Pooler | None
+
+    def pooled(self, direct_url: str) -> str:
+        return direct_url if self.pooler is None else self.pooler.url(direct_url)
+
+    def new_database(self, name: str, template: str | None = "reminders_template") -> str:
+        """A database of its own (cloned from ``template``), as clients reach it: through the
+        pooler. Its role settings (search_path, timeouts) are written on the server itself
+        first: they are kept per database, and a server connection reads them when it
+        starts, so one the pooler opened before them would keep the server's defaults."""
+        direct = db.create_database(self.direct, name, template=template)
+        with db.connect(direct) as conn:
+            migrate.apply(conn)
+        return self.pooled(direct)
+
+
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgCluster]:
+    """``REMINDERS_TEST_DATABASE_URL`` names a server to use as it is (with whatever pooler
+    it has in front); otherwise an embedded Postgres behind a PgBouncer of its own."""
     url = os.environ.get("REMINDERS_TEST_DATABASE_URL")
     home: Path | None = None
+    bouncer: pooler.Pooler | None = None
     if not url:
         # Not under pytest's tmp dirs: a concurrent pytest run may prune those while we run.
         home = Path(tempfile.mkdtemp(prefix="reminders-pg-"))
         url = stack.start_postgres(home / "data", keep_running=False)
+        bouncer = pooler.start(url, home / "pooler", stack.free_port())
     template_url = db.create_database(url, "reminders_template")
     with db.connect(template_url) as conn:
         migrate.apply(conn)
-    yield url
-    if home is not None:  # every test database goes with the server: gigabytes a session
-        stack.stop_postgres(home / "data")
-        shutil.rmtree(home, ignore_errors=True)
+    try:
+        yield PgCluster(direct=url, pooler=bouncer)
+    finally:
+        if bouncer is not None:
+            bouncer.stop()
+        if home is not None:  # every test database goes with the server: gigabytes a session
+            stack.stop_postgres(home / "data")
+            shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server(pg_cluster: PgCluster) -> str:
+    """The server as clients reach it: through the pooler."""
+    return pg_cluster.pooled(pg_cluster.direct)
 
 
 @pytest.fixture
-def database_url(pg_server: str) -> str:
-    return db.create_database(pg_server, f"t_{os.getpid()}_{next(_counter)}",
-                              template="reminders_template")
+def database_url(pg_cluster: PgCluster) -> str:
+    """A database of its own, cloned from the migrated template, as clients reach it (through
+    the pooler)."""
+    return pg_cluster.new_database(f"t_{os.getpid()}_{next(_counter)}")
 
 
 @pytest.fixture

@@ -39,9 +39,7 @@ def main() -> int:
     server: subprocess.Popen[bytes] | None = None
     try:
         env = local.env()
-        env["DATABASE_URL"] = db.create_database(local.database_url, "console_shots")
-        with db.connect(env["DATABASE_URL"]) as conn:
-            migrate.apply(conn)
+        env["DATABASE_URL"] = local.new_database("console_shots")
         urls = stack.prepare_aws(local.endpoint_url, prefix="shots")
         env.update({"REMINDERS_QUEUE_URL": urls.deliveries, "REMINDERS_DLQ_URL": urls.dlq,
                     "REMINDERS_PARKING_QUEUE_URL": urls.parking})

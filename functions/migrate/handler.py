@@ -40,6 +40,7 @@ APP_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 def ensure_app_role(
     conn: db.Connection, username: str, password: str, *, set_password: bool,
     owns_database: bool, schema: str = config.DEFAULT_SCHEMA,
+    session: db.SessionDefaults | None = None,
 ) -> bool:
     """Create the application role, or bring an existing one back to exactly its grants.
 
@@ -55,7 +56,12 @@ def ensure_app_role(
     database-wide CREATE and TEMPORARY are revoked too, and the role cannot make temporary
     tables. Otherwise (the service's schema in an application's database) nothing outside the
     service's schema changes, and the role keeps whatever PUBLIC is granted there.
+
+    ``session``: the role's session defaults in this database (its ``search_path`` is the
+    service's schema; lock and statement timeouts), written as role settings every run.
     """
+    if session is not None:
+        schema = session.schema
     role = sql.Identifier(username)
     schema_name = config.check_schema(schema)
     schema_id = sql.Identifier(schema_name)
@@ -124,7 +130,24 @@ def ensure_app_role(
         # through the SQL API's functions (invoker's rights: the grants above decide).
         conn.execute(sql.SQL("grant execute on all functions in schema {} to {}").format(
             schema_id, role))
+        db.configure_login(conn, session or db.SessionDefaults(schema=schema_name), username)
     return not exists
+
+
+def _service_session(event: dict[str, Any], schema: str) -> db.SessionDefaults:
+    """The service role's session defaults from the resource properties ``LockTimeoutMs`` and
+    ``StatementTimeoutMs`` (absent: the service's defaults)."""
+    properties = event.get("ResourceProperties") or {}
+    defaults = db.SessionDefaults(schema=schema)
+    values = {}
+    for prop, field, low, high in (("LockTimeoutMs", "lock_timeout_ms", 1, 600_000),
+                                   ("StatementTimeoutMs", "statement_timeout_ms", 100, 900_000)):
+        raw = str(properties.get(prop, getattr(defaults, field)))
+        if not raw.isdigit() or not low <= int(raw) <= high:
+            raise ConfigError(f"resource property {prop} must be a whole number of "
+                              f"milliseconds from {low} to {high}, got {raw!r}")
+        values[field] = int(raw)
+    return db.SessionDefaults(schema=schema, **values)
 
 
 def _owns_database(event: dict[str, Any]) -> bool:
@@ -160,15 +183,14 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = config.load()
     owns_database = _owns_database(event)
     login = _app_login(event)
-    with db.connect(settings.database_url, prepare=settings.db_prepare,
-                    schema=settings.db_schema) as conn:
+    with db.connect(settings.database_url, prepare=settings.db_prepare) as conn:
         applied = migrate.apply(conn, settings.db_schema)
         created = None
         if login is not None:
             username, password, set_password = login
             created = ensure_app_role(conn, username, password, set_password=set_password,
                                       owns_database=owns_database,
-                                      schema=settings.db_schema)
+                                      session=_service_session(event, settings.db_schema))
     logger.info("migrations applied", extra={"applied": applied, "app_role_created": created})
     return {"PhysicalResourceId": "reminders-schema",
             "Data": {"Applied": ",".join(map(str, applied)) or "none"}}

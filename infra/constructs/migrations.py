@@ -59,12 +59,16 @@ class Migrations(Construct):
             # Schema: REMINDERS_DB_SCHEMA, where the migrations put the tables; a new one
             # re-runs them. OwnsDatabase: the database was created by this stack, so its
             # database-wide defaults (PUBLIC's CREATE and TEMPORARY) are the service's to
-            # revoke; never in an existing one.
+            # revoke; never in an existing one. LockTimeoutMs, StatementTimeoutMs: the service
+            # role's session defaults, written as its role settings (RDS Proxy refuses them
+            # as startup options); a change re-runs the function, which writes them again.
             properties={
                 "Fingerprint": migrations_fingerprint(),
                 "AppSecretArn": app_secret_arn,
                 "Schema": schema,
                 "OwnsDatabase": "true" if owns_database else "false",
+                "LockTimeoutMs": str(settings.db_lock_timeout_ms),
+                "StatementTimeoutMs": str(settings.db_statement_timeout_ms),
             },
         )
         # Wait until the proxy and its target group exist: migrate connects through them.

@@ -189,8 +189,7 @@ def _conn() -> Any:
     from reminders import db
 
     settings = _settings()
-    return db.connect(settings.database_url, prepare=settings.db_prepare,
-                      schema=settings.db_schema)
+    return db.connect(settings.database_url, prepare=settings.db_prepare)
 
 
 def _aws_environment() -> dict[str, str]:
@@ -1043,13 +1042,12 @@ def cmd_console(args: argparse.Namespace) -> int:
         from reminders import db
 
         return db.connect(settings.database_url, prepare=settings.db_prepare,
-                          application_name="reminders-console",
-                          statement_timeout_ms=args.statement_timeout * 1000,
-                          lock_timeout_ms=5000)
+                          application_name="reminders-console")
 
     serve.run(serve.ConsoleContext(connect=connect, now=clock.now,
                                    queues=lambda: operator.queue_counts(settings),
-                                   actor=operator.current_user(), refresh_seconds=args.refresh),
+                                   actor=operator.current_user(), refresh_seconds=args.refresh,
+                                   read_timeout_ms=args.statement_timeout * 1000),
               host=args.host, port=args.port)
     return 0
 

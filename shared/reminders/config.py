@@ -257,7 +257,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
     check_names(env)
     return Settings(
         database_url=database_url_from_env(env),
-        db_prepare=_bool(env, "REMINDERS_DB_PREPARE", True),
+        db_prepare=_bool(env, "REMINDERS_DB_PREPARE", False),
         queues=queues_from_env(env),
         limits=limits_from_env(env),
         webhook_allow=env.get("REMINDERS_WEBHOOK_ALLOW", ""),

@@ -13,7 +13,7 @@ from reminders import config, db
 from reminders.channels.base import Channel
 from reminders.clock import Clock, clock_from_env
 from reminders.errors import AuthenticationFailed, DatabaseUnavailable
-from reminders.observability import Metrics, NoMetrics
+from reminders.observability import Metrics, NoMetrics, logger
 from reminders.queue import Publisher, Queue
 from reminders.secret_box import SecretBox
 
@@ -66,11 +66,28 @@ class Runtime:
         return self._conn
 
     def _connect(self) -> db.Connection:
+        """A new session, checked once against the settings: it must find the service's
+        schema first on its ``search_path`` (the login's role settings, written by the
+        migrator); timeouts other than the configured ones are logged (a pooler's server
+        connections keep the ones they started with until they are renewed)."""
+        conn = db.connect(self.settings.database_url, prepare=self.settings.db_prepare)
+        try:
+            differ = db.check_session(conn, self.session_defaults)
+        except BaseException:
+            conn.close()
+            raise
+        if differ:
+            logger.warning("session defaults differ from the settings",
+                           extra={"differences": differ})
+        return conn
+
+    @property
+    def session_defaults(self) -> db.SessionDefaults:
+        """What the service's login should start every session with (its role settings)."""
         limits = self.settings.limits
-        return db.connect(self.settings.database_url, prepare=self.settings.db_prepare,
-                          lock_timeout_ms=limits.lock_timeout_ms,
-                          statement_timeout_ms=limits.statement_timeout_ms,
-                          schema=self.settings.db_schema)
+        return db.SessionDefaults(schema=self.settings.db_schema,
+                                  lock_timeout_ms=limits.lock_timeout_ms,
+                                  statement_timeout_ms=limits.statement_timeout_ms)
 
     @property
     def publisher(self) -> Publisher:

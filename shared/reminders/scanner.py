@@ -2,7 +2,8 @@
 bounded batch of due deliveries, publish ``{delivery id, lease token}`` for each, hand back
 what the queue refused.
 
-Scanners take turns for the whole tick (a session advisory lock), so the in-flight budget is
+Scanners take turns for the whole tick (a turn row with a token and an expiry; no session
+state, which RDS Proxy would pin and a transaction pooler breaks), so the in-flight budget is
 counted after the previous tick's messages are on the queue. Each step is its own transaction,
 and a failure tied to one delivery (a series that cannot advance) parks that delivery with its
 reason and never stops the tick.
@@ -11,9 +12,10 @@ reason and never stops the tick.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from reminders import db
@@ -23,7 +25,8 @@ from reminders.observability import logger
 from reminders.queue import LeaseMessage, Rejected
 from reminders.runtime import Runtime
 
-_SCANNER_LOCK = 0x5343414E
+# How long a turn outlasts the tick's drain budget (publish settling, the steps after it).
+TURN_MARGIN_SECONDS = 30
 OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
 # Counter rows (delivery_counts, one per group and backend that wrote it) folded a tick at most.
@@ -73,17 +76,29 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
     now = rt.clock.now()
     conn = rt.connection()
     summary = TickSummary(now=iso(now))
+    holder = uuid.uuid4()
+    # The turn outlasts the tick's own budget by the publish's settling and the steps after
+    # the drain; a scanner that died holding it frees it by then.
+    until = now + timedelta(seconds=seconds + TURN_MARGIN_SECONDS)
     try:
-        db.execute(conn, "scanner_lock", {"key": _SCANNER_LOCK})
-    except Conflict as exc:  # another scanner kept the turn past the lock timeout
-        summary.skipped = f"another scanner is running: {exc}"
+        taken = db.fetch_one(conn, "scanner_turn_take",
+                             {"holder": holder, "until": until, "now": now})
+    except Conflict as exc:  # another scanner held the turn's row past the lock timeout
+        taken, why = None, f"another scanner is running: {exc}"
+    else:
+        why = "another scanner is running"
+    if taken is None:
+        held = db.fetch_one(conn, "scanner_turn_holder")
+        if held is not None and held["held_until"] is not None:
+            why += f" (its turn ends by {iso(held['held_until'])} at the latest)"
+        summary.skipped = why
         logger.warning("scanner tick skipped", extra={"reason": summary.skipped})
         return summary
     try:
         _tick_locked(rt, conn, now, summary, deadline)
     finally:
         if not conn.closed and not conn.broken:
-            db.execute(conn, "scanner_unlock", {"key": _SCANNER_LOCK})
+            db.execute(conn, "scanner_turn_end", {"holder": holder})
     for state, metric in PARKED_METRICS.items():
         if summary.reclaimed.get(state):
             rt.metrics.put(metric, summary.reclaimed[state])

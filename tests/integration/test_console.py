@@ -26,7 +26,7 @@ from reminders.clock import FixedClock, iso
 from reminders.local import stack
 from reminders.local.receiver import WebhookReceiver
 from tests import console_traffic
-from tests.conftest import make_runtime
+from tests.conftest import PgCluster, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_REQUIRED, Cli, base_env
 
 CHROMIUM = Path(os.environ.get("REMINDERS_CHROMIUM", "/usr/bin/chromium"))
@@ -58,13 +58,13 @@ class Console:
 
 
 @pytest.fixture(scope="module")
-def console(pg_server: str, moto_endpoint: str,
+def console(pg_server: str, pg_cluster: PgCluster, moto_endpoint: str,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     browser_or_skip()
     tmp = tmp_path_factory.mktemp("console")
     name = f"console_{os.getpid()}"
     db.drop_database(pg_server, name)
-    url = db.create_database(pg_server, name, template="reminders_template")
+    url = pg_cluster.new_database(name)
     urls = stack.prepare_aws(moto_endpoint, prefix=f"console{os.getpid()}",
                              visibility_timeout=1, max_receive_count=2)
     receiver = WebhookReceiver(secret=_secret()).start()

@@ -20,12 +20,14 @@ import pytest
 from reminders import cli, db, invariants, schedules
 from reminders.clock import FixedClock
 from reminders.local import drills
+from tests.conftest import PgCluster
 
 TERMINAL = {"sent", "failed", "suppressed", "stale", "unknown", "dead"}
 
 @pytest.fixture(scope="module")
-def lab(pg_server: str, moto_endpoint: str) -> Iterator[drills.Lab]:
-    with drills.Lab(postgres_url=pg_server, endpoint_url=moto_endpoint) as lab:
+def lab(pg_cluster: PgCluster, moto_endpoint: str) -> Iterator[drills.Lab]:
+    with drills.Lab(postgres_url=pg_cluster.direct, endpoint_url=moto_endpoint,
+                    bouncer=pg_cluster.pooler) as lab:
         yield lab
 
 

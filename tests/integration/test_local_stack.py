@@ -32,7 +32,7 @@ from tests.integration.cli_helpers import Result, base_env
 
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",
-              "receiver_secret", "pgdata", "pids", "secrets_key_id"}
+              "receiver_secret", "pgdata", "pids", "secrets_key_id", "direct_url"}
 FRESH_STATS = {"effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
                "bad_signatures": 0, "by_endpoint": {}}
 DUE = "2027-03-01T09:05:00Z"
@@ -165,7 +165,10 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
     assert s["restarted"] == []
     pgdata = home.path / "pgdata"
     assert s["pgdata"] == str(pgdata)
-    assert s["database_url"] == f"user=postgres dbname=reminders host={pgdata}"
+    # Clients go through PgBouncer (the local RDS Proxy); databases are made on the server.
+    assert s["direct_url"] == f"user=postgres dbname=reminders host={pgdata}"
+    assert re.fullmatch(r"host=127\.0\.0\.1 port=\d+ dbname=reminders user=postgres",
+                        s["database_url"]), s["database_url"]
     assert s["region"] == "us-east-1"
     endpoint, receiver = s["endpoint_url"], s["receiver_url"]
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", endpoint), endpoint
@@ -175,7 +178,7 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
                            "dlq": f"{endpoint}/123456789012/reminders-dlq",
                            "parking": f"{endpoint}/123456789012/reminders-parking"}
     assert s["receiver_secret"].startswith("whsec_")
-    assert set(s["pids"]) == {"moto", "receiver"}
+    assert set(s["pids"]) == {"moto", "receiver", "pooler"}
     assert all(running(pid) for pid in s["pids"].values())
     assert json.loads((home.path / "local.json").read_text()) == {
         k: v for k, v in s.items() if k != "restarted"}
@@ -250,8 +253,9 @@ def test_up_starts_a_killed_postgres_again_on_the_same_database_url(
     with db.connect(url) as conn:
         conn.execute("create table before_the_kill as select 1 as n")
     killed = kill_postgres(home)
-    with pytest.raises(DatabaseUnavailable):
-        db.connect(url).close()
+    # The pooler still takes the connection (as RDS Proxy does); its first statement fails.
+    with pytest.raises(DatabaseUnavailable), db.connect(url) as conn:
+        db.fetch_one(conn, "ping")
 
     text = home("local", "up")
     assert (text.code, text.err) == (0, "")

@@ -22,13 +22,20 @@ from reminders import db
 from reminders.config import DEFAULT_SCHEMA
 from reminders.db import migrate
 from reminders.errors import ConfigError
+from tests.conftest import PgCluster
 
 SNAPSHOT = Path(__file__).with_name("expected_schema.txt")
 UPDATE_ENV = "REMINDERS_UPDATE_SCHEMA"
 
 
 @pytest.fixture
-def empty_database(pg_server: str) -> Iterator[str]:
+def empty_database(pg_cluster: PgCluster) -> Iterator[str]:
+    """A database with nothing in it, on the server itself: these tests are of the migrator,
+    each reading back on a session opened after it ran (the login's role settings apply to the
+    sessions that start after them; through the pooler, a server connection opened earlier
+    would keep the server's defaults). The migrations through the pooler, as the stack's
+    custom resource runs them through RDS Proxy, are tests/infra/test_infra_app_role.py's."""
+    pg_server = pg_cluster.direct
     name = f"migrate_{uuid.uuid4().hex[:12]}"
     url = db.create_database(pg_server, name)
     yield url
@@ -108,6 +115,7 @@ def test_migrating_an_empty_database_gives_the_expected_schema(empty_database: s
                             (DEFAULT_SCHEMA,)).fetchone() == {"n": 0}
         assert migrate.apply(conn) == versions
         assert migrate.apply(conn) == []
+    with db.connect(empty_database) as conn:
         recorded = [(r["version"], r["name"]) for r in conn.execute(
             "select version, name from schema_migrations order by version")]
         assert recorded == [(m.version, m.name) for m in migrate.available()]
@@ -129,6 +137,7 @@ def test_migrating_an_empty_database_gives_the_expected_schema(empty_database: s
 def test_the_snapshot_render_is_deterministic(empty_database: str) -> None:
     with db.connect(empty_database) as conn:
         migrate.apply(conn)
+    with db.connect(empty_database) as conn:
         first = render_schema(conn)
         assert render_schema(conn) == first
         conn.execute("alter table tenants add column note text")
@@ -156,19 +165,20 @@ def test_a_migration_that_fails_applies_nothing(empty_database: str,
 def test_the_schema_installs_beside_an_applications_own_tables(empty_database: str) -> None:
     """An application's database with tables of the same names: the service's schema goes
     beside them, under the configured name, and neither side sees the other's rows."""
-    with db.connect(empty_database, schema="public") as app:
-        app.execute("create table schedules (id int primary key, what text)")
-        app.execute("create table deliveries (id int primary key)")
-        app.execute("insert into schedules values (1, 'the application''s own')")
-    with db.connect(empty_database, schema="svc_reminders") as conn:
+    with db.connect(empty_database) as app:
+        app.execute("create table public.schedules (id int primary key, what text)")
+        app.execute("create table public.deliveries (id int primary key)")
+        app.execute("insert into public.schedules values (1, 'the application''s own')")
+    with db.connect(empty_database) as conn:
         assert migrate.apply(conn, "svc_reminders") == [m.version for m in migrate.available()]
         assert migrate.apply(conn, "svc_reminders") == []
+    with db.connect(empty_database) as conn:  # its search_path is the service's schema now
         assert conn.execute("select count(*) as n from schedules").fetchone() == {"n": 0}
         assert conn.execute("select version from schema_migrations order by version limit 1"
                             ).fetchone() == {"version": 1}
         assert render_schema(conn, "svc_reminders") == SNAPSHOT.read_text()
-    with db.connect(empty_database, schema="public") as app:
-        assert app.execute("select what from schedules").fetchall() == [
+    with db.connect(empty_database) as app:
+        assert app.execute("select what from public.schedules").fetchall() == [
             {"what": "the application's own"}]
         assert app.execute("select to_regclass('public.schema_migrations') as t").fetchone() == {
             "t": None}
@@ -176,7 +186,7 @@ def test_the_schema_installs_beside_an_applications_own_tables(empty_database: s
 
 def test_a_deployment_with_its_tables_in_public_is_not_migrated_beside_them(
         empty_database: str) -> None:
-    with db.connect(empty_database, schema="public") as conn:
+    with db.connect(empty_database) as conn:
         migrate.apply(conn, "public")
         with pytest.raises(ConfigError, match="REMINDERS_DB_SCHEMA=public"):
             migrate.apply(conn, "reminders")

@@ -53,15 +53,16 @@ def clients(database_url: str) -> Iterator[Callable[[str | None], Client]]:
     """Makes application logins: each granted reminders_client and mapped to a tenant (or to
     none), with a bookings table of its own in public."""
     made: list[Client] = []
-    with db.connect(database_url, schema="public") as admin:
-        admin.execute("create table if not exists bookings (id int primary key, who text)")
+    with db.connect(database_url) as admin:  # its search_path is the service's schema
+        admin.execute("create table if not exists public.bookings (id int primary key,"
+                      " who text)")
 
         def make(tenant: str | None) -> Client:
             login = f"app_{os.getpid()}_{next(_logins)}_{uuid.uuid4().hex[:6]}"
             role = sql.Identifier(login)
             admin.execute(sql.SQL("create role {} login password 'pw'").format(role))
             admin.execute(sql.SQL("grant reminders_client to {}").format(role))
-            admin.execute(sql.SQL("grant select, insert on bookings to {}").format(role))
+            admin.execute(sql.SQL("grant select, insert on public.bookings to {}").format(role))
             if tenant is not None:
                 admin.execute("select reminders.grant_tenant(%s, %s)", (login, tenant))
             url = make_conninfo(database_url, user=login, password="pw")

@@ -174,7 +174,7 @@ def test_config_defaults() -> None:
     settings = config.load(dict(BASE_ENV))
     assert settings == config.Settings(
         database_url=BASE_ENV["DATABASE_URL"],
-        db_prepare=True,
+        db_prepare=False,  # behind RDS Proxy (and the local PgBouncer) they pin or break
         queues=None,
         limits=config.Limits(),
         webhook_allow="",
@@ -318,7 +318,7 @@ def test_config_without_a_database_says_how_to_get_one() -> None:
         ("False", False),
         ("off", False),
         ("no", False),
-        ("", True),
+        ("", False),
     ],
 )
 def test_config_db_prepare_values(raw: str, expected: bool) -> None:

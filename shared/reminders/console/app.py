@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from reminders import operator
+from reminders import db, operator
 from reminders.cli_format import duration
 from reminders.console.charts import lateness_svg
 from reminders.console.serve import ConsoleContext
@@ -150,7 +150,12 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starle
 
         def run() -> dict[str, Any]:
             with ctx.connect() as conn:
-                return work(conn)
+                if ctx.read_timeout_ms is None:
+                    return work(conn)
+                with db.transaction(conn):
+                    db.execute(conn, "transaction_statement_timeout",
+                               {"value": f"{ctx.read_timeout_ms}ms"})
+                    return work(conn)
 
         try:
             context = await run_in_threadpool(run)

@@ -20,6 +20,9 @@ class ConsoleContext:
     queues: Callable[[], dict[str, Any]]
     actor: str
     refresh_seconds: int = 10
+    # A page's reads run in one transaction with this statement timeout (SET LOCAL: nothing
+    # outlives the transaction, so a pooler's connection is not pinned); None: the login's.
+    read_timeout_ms: int | None = None
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
-from reminders.config import DEFAULT_SCHEMA, check_schema
+from reminders.config import check_schema
 from reminders.db.queries import SERVICE, query
 from reminders.errors import (
     AuthenticationFailed,
@@ -34,20 +35,17 @@ __all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", 
 before_statement: Callable[[str], None] | None = None
 
 
-def connect(url: str, *, prepare: bool = True, application_name: str = "reminders",
-            lock_timeout_ms: int | None = None, statement_timeout_ms: int | None = None,
-            schema: str = DEFAULT_SCHEMA) -> Connection:
+def connect(url: str, *, prepare: bool = False,
+            application_name: str = "reminders") -> Connection:
     """Open an autocommit connection with dict rows; :func:`transaction` groups work.
-    ``prepare=False`` turns psycopg's automatic prepared statements off, which a connection
-    pooler such as RDS Proxy needs (they pin the connection). The service's own sessions pass
-    lock and statement timeouts, so nothing waits on a lock without bound. Every session's
-    ``search_path`` is the service's schema (``REMINDERS_DB_SCHEMA``, validated as a plain
-    identifier by the settings), so its unqualified statements find the service's tables."""
-    options = " ".join(
-        f"-c {name}={value}" for name, value in (("lock_timeout", lock_timeout_ms),
-                                                 ("statement_timeout", statement_timeout_ms),
-                                                 ("search_path", check_schema(schema)))
-        if value is not None)
+
+    Nothing but the application name goes in the startup packet: RDS Proxy refuses libpq's
+    ``options`` ("RDS Proxy currently doesn't support command-line options"), and so does the
+    local stack's pooler. The session's defaults (``search_path``, lock and statement timeouts)
+    are the login's role settings, which the migrator writes (:func:`configure_login`).
+    ``prepare`` turns psycopg's automatic server-side prepared statements on: only for a
+    connection that reaches Postgres directly (behind a pooler they pin the connection, or
+    break, since the next transaction may run on another server connection)."""
     try:
         conn: Connection = psycopg.connect(
             url,
@@ -56,7 +54,6 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
             prepare_threshold=5 if prepare else None,
             application_name=application_name,
             connect_timeout=10,
-            options=options,
         )
     except psycopg.OperationalError as exc:
         if exc.sqlstate in ("28P01", "28000") or "password authentication failed" in str(exc):
@@ -67,6 +64,61 @@ def connect(url: str, *, prepare: bool = True, application_name: str = "reminder
         raise ConfigError(f"DATABASE_URL is not a valid connection string: "
                           f"{_first_line(exc)}") from exc
     return conn
+
+
+@dataclass(frozen=True)
+class SessionDefaults:
+    """What every session of a login starts with (its role settings in this database)."""
+
+    schema: str
+    lock_timeout_ms: int = 5000
+    statement_timeout_ms: int = 30_000
+    # A session idle inside a transaction this long is ended (a client that died between
+    # statements would otherwise hold its row locks until TCP noticed).
+    idle_in_transaction_timeout_ms: int = 60_000
+
+
+def configure_login(conn: Connection, defaults: SessionDefaults, role: str | None = None) -> None:
+    """Make ``defaults`` the role settings of ``role`` (the current user when None) in the
+    connection's database: its ``search_path`` is the service's schema, and nothing waits on a
+    lock or a statement without bound. They apply to the sessions the login opens from now on
+    (a pooler's open server connections keep what they started with until they are renewed)."""
+    from psycopg import sql
+
+    who = sql.SQL("current_user") if role is None else sql.Identifier(role)
+    database = conn.execute("select current_database() as name").fetchone()
+    assert database is not None
+    settings = {"search_path": check_schema(defaults.schema),
+                "lock_timeout": f"{int(defaults.lock_timeout_ms)}ms",
+                "statement_timeout": f"{int(defaults.statement_timeout_ms)}ms",
+                "idle_in_transaction_session_timeout":
+                    f"{int(defaults.idle_in_transaction_timeout_ms)}ms"}
+    with translate_errors():
+        for name, value in settings.items():
+            conn.execute(sql.SQL("alter role {} in database {} set {} = {}").format(
+                who, sql.Identifier(database["name"]), sql.Identifier(name),
+                sql.Literal(value)))
+
+
+def check_session(conn: Connection, expected: SessionDefaults) -> list[str]:
+    """Raise :class:`ConfigError` when the session's ``search_path`` does not start with the
+    service's schema (the login's role settings are missing in this database); return how its
+    timeouts differ from ``expected`` (empty when they agree)."""
+    row = fetch_one(conn, "session_defaults")
+    assert row is not None
+    first = str(row["search_path"]).split(",")[0].strip().strip('"')
+    if first != expected.schema:
+        raise ConfigError(
+            f"this login's search_path is {row['search_path']!r}, not the service's schema "
+            f"{expected.schema!r}: its role settings are missing in this database. The "
+            f"migrations write them (reminders migrate, or the stack's migrations resource); by "
+            f"hand: ALTER ROLE <login> IN DATABASE <database> SET search_path = "
+            f"{expected.schema}")
+    differ = []
+    for name in ("lock_timeout_ms", "statement_timeout_ms"):
+        if int(row[name]) != getattr(expected, name):
+            differ.append(f"{name} is {row[name]}, configured {getattr(expected, name)}")
+    return differ
 
 
 @contextmanager

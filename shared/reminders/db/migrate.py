@@ -34,13 +34,23 @@ def available() -> list[Migration]:
     return found
 
 
-def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> list[int]:
+def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA, *,
+          session: db.SessionDefaults | None = None) -> list[int]:
     """Apply every migration not yet applied to the service's schema (created if missing);
     return the versions applied now. The migrations name no schema: they run with
-    ``search_path`` set to it, and ``schema_migrations`` lives in it too."""
+    ``search_path`` set to it, and ``schema_migrations`` lives in it too. Every run also
+    writes the migrating login's session defaults in this database (``session``, or the
+    defaults for ``schema``): its later sessions find the service's tables, through a pooler
+    that refuses startup options as RDS Proxy does."""
     check_schema(schema)
+    defaults = session or db.SessionDefaults(schema=schema)
+    if defaults.schema != schema:
+        raise ValueError(f"session defaults for schema {defaults.schema!r}, migrating {schema!r}")
     applied_now: list[int] = []
     with db.transaction(conn):
+        # A migration may wait for a lock or run long: the login's own timeouts (which this
+        # run writes) are for the service's statements, not for these.
+        db.execute_script(conn, "set local lock_timeout = 0; set local statement_timeout = 0")
         db.execute_script(conn, f"select pg_advisory_xact_lock({_LOCK_KEY})")
         _refuse_a_moved_schema(conn, schema)
         db.execute_script(conn, f"create schema if not exists {schema}")
@@ -59,6 +69,7 @@ def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> list[int]:
             db.execute(conn, "migration_record", {"version": migration.version,
                                                  "name": migration.name})
             applied_now.append(migration.version)
+        db.configure_login(conn, defaults)
     return applied_now
 
 

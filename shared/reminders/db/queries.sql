@@ -13,6 +13,18 @@
 -- Fails an open pipeline's implicit transaction, so leaving the pipeline rolls it back.
 do $$ begin raise exception 'pipeline abandoned by the client'; end $$;
 
+-- name: session_defaults
+-- What this session started with: the login's role settings in this database (the service
+-- sets nothing at connect, since RDS Proxy refuses startup options).
+select current_setting('search_path') as search_path,
+       (select setting::bigint from pg_settings where name = 'lock_timeout') as lock_timeout_ms,
+       (select setting::bigint from pg_settings where name = 'statement_timeout')
+           as statement_timeout_ms;
+
+-- name: transaction_statement_timeout
+-- For the rest of this transaction only (SET LOCAL: a pooler's connection is not pinned).
+select set_config('statement_timeout', %(value)s, true);
+
 -- name: ping
 -- Is the connection still there (after it sat idle)?
 select 1 as ok;
@@ -159,13 +171,24 @@ join kinds k on k.name = s.kind
 join schedule_recipients r on r.schedule_id = s.id and r.recipient = %(recipient)s
 where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
 -- ---------------------------------------------------------------- scanner
--- name: scanner_lock
+-- name: scanner_turn_take
 -- Scanners take turns for a whole tick (lease, publish, count): the in-flight budget is
--- counted and spent by one at a time. A session lock: it is held across the publish.
-select pg_advisory_lock(%(key)s);
+-- counted and spent by one at a time. The turn is one row, taken when free or expired (its
+-- holder died), so nothing lives in a session a pooler could break or pin. A turn held by a
+-- live scanner is not waited for: that tick is skipped (another scanner taking or ending the
+-- turn at this instant holds the row for a moment only; the lock timeout bounds that wait).
+update scanner_turn
+set holder = %(holder)s, held_until = %(until)s
+where id = 1 and (holder is null or held_until <= %(now)s)
+returning held_until;
 
--- name: scanner_unlock
-select pg_advisory_unlock(%(key)s);
+-- name: scanner_turn_holder
+select holder, held_until from scanner_turn where id = 1;
+
+-- name: scanner_turn_end
+-- Fenced on the token: a tick that outlived its turn never ends its successor's.
+update scanner_turn set holder = null, held_until = null
+where id = 1 and holder = %(holder)s;
 -- name: lease_reclaim_expired
 -- CROSS-TENANT: the scanner serves every tenant; bounded by the limit. A lease ends here when
 -- it expired (a send in flight extends it to the send's deadline, so an expired lease has no

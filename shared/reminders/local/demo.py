@@ -121,11 +121,7 @@ def main(*, json_output: bool = False) -> int:
     for key, value in env.items():
         os.environ.setdefault(key, value)
     run_id = time.strftime("%Y%m%d%H%M%S")
-    env["DATABASE_URL"] = db.create_database(local.database_url, f"demo_{run_id}")
-    with db.connect(env["DATABASE_URL"]) as conn:
-        from reminders.db import migrate
-
-        migrate.apply(conn)
+    env["DATABASE_URL"] = local.new_database(f"demo_{run_id}")
     urls = stack.prepare_aws(local.endpoint_url, prefix=f"demo-{run_id}")
     env.update({"REMINDERS_QUEUE_URL": urls.deliveries, "REMINDERS_DLQ_URL": urls.dlq,
                 "REMINDERS_PARKING_QUEUE_URL": urls.parking})

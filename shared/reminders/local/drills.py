@@ -48,7 +48,7 @@ from reminders.clock import FixedClock, iso
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
 from reminders.errors import RemindersError
-from reminders.local import pipeline, stack
+from reminders.local import pipeline, pooler, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.queue import Queue
 from reminders.runtime import Runtime, build_channels, secret_box
@@ -98,22 +98,45 @@ class DrillResult:
 # ---------------------------------------------------------------- the servers
 
 
-class Lab:
-    """Postgres and moto for drills. URLs given are used as they are (and left running);
-    whatever is missing is started in a temporary directory and removed by :meth:`close`."""
+@dataclass(frozen=True)
+class Server:
+    """A Postgres server: ``direct`` creates and migrates databases, and clients reach them
+    through ``bouncer`` (the local stand-in for RDS Proxy) where there is one."""
 
-    def __init__(self, postgres_url: str | None = None, endpoint_url: str | None = None) -> None:
-        self.postgres_url = postgres_url or ""
+    direct: str
+    bouncer: pooler.Pooler | None = None
+
+    def pooled(self, url: str) -> str:
+        """``url`` (a database on this server) as the service's clients reach it."""
+        return url if self.bouncer is None else self.bouncer.url(url)
+
+
+class Lab:
+    """Postgres (behind PgBouncer) and moto for drills. URLs given are used as they are (and
+    left running); whatever is missing is started in a temporary directory and removed by
+    :meth:`close`."""
+
+    def __init__(self, postgres_url: str | None = None, endpoint_url: str | None = None, *,
+                 bouncer: pooler.Pooler | None = None) -> None:
+        self.postgres_url = postgres_url or ""  # the server itself (not the pooler)
         self.endpoint_url = endpoint_url or ""
+        self.bouncer = bouncer
         self.pgdata: Path | None = None          # set when the lab owns its Postgres
+        self._own_bouncer: pooler.Pooler | None = None
         self._moto: subprocess.Popen[bytes] | None = None
         self.root = Path(tempfile.mkdtemp(prefix=f"reminders-drill-{os.getpid()}-"))
+
+    @property
+    def server(self) -> Server:
+        return Server(self.postgres_url, self.bouncer)
 
     def __enter__(self) -> Lab:
         try:
             if not self.postgres_url:
                 self.pgdata = self.root / "pgdata"
                 self.postgres_url = stack.start_postgres(self.pgdata, keep_running=True)
+                self.bouncer = self._own_bouncer = pooler.start(
+                    self.postgres_url, self.root / "pooler", stack.free_port())
             if not self.endpoint_url:
                 port = stack.free_port()
                 self._moto = subprocess.Popen(
@@ -139,22 +162,31 @@ class Lab:
                 self._moto.kill()
                 self._moto.wait(5)
             self._moto = None
+        if self._own_bouncer is not None:
+            self._own_bouncer.stop()
+            self._own_bouncer = None
         if self.pgdata is not None:
             stack.stop_postgres(self.pgdata)
             self.pgdata = None
         shutil.rmtree(self.root, ignore_errors=True)
 
     @contextmanager
-    def restartable_postgres(self) -> Iterator[tuple[str, Path]]:
-        """A Postgres a drill may stop and start: the lab's own, or a private one."""
+    def restartable_postgres(self) -> Iterator[tuple[Server, Path]]:
+        """A Postgres a drill may stop and start (the lab's own, or a private one), behind a
+        pooler that stays up while it restarts, as RDS Proxy does through a failover."""
         if self.pgdata is not None:
-            yield self.postgres_url, self.pgdata
+            yield self.server, self.pgdata
             return
-        pgdata = self.root / f"pgdata-{uuid.uuid4().hex[:8]}"
+        name = uuid.uuid4().hex[:8]
+        pgdata = self.root / f"pgdata-{name}"
         url = stack.start_postgres(pgdata, keep_running=True)
+        bouncer: pooler.Pooler | None = None
         try:
-            yield url, pgdata
+            bouncer = pooler.start(url, self.root / f"pooler-{name}", stack.free_port())
+            yield Server(url, bouncer), pgdata
         finally:
+            if bouncer is not None:
+                bouncer.stop()
             stack.stop_postgres(pgdata)
             shutil.rmtree(pgdata, ignore_errors=True)
 
@@ -180,12 +212,13 @@ def _child_environment() -> dict[str, str]:
 class Site:
     """One drill's own database, queues, receiver and clock; :meth:`close` removes them."""
 
-    def __init__(self, lab: Lab, name: str, *, server_url: str | None = None,
+    def __init__(self, lab: Lab, name: str, *, server: Server | None = None,
                  limits: dict[str, int] | None = None, visibility_timeout: int = 1,
                  max_receive_count: int = 3) -> None:
         suffix = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.name = name
-        self.server_url = server_url or lab.postgres_url
+        self.server = server or lab.server
+        self.server_url = self.server.direct
         self.endpoint = lab.endpoint_url
         self.limits = dict(limits or {})
         self.work_dir = lab.root / f"{name}-{suffix}"
@@ -199,10 +232,11 @@ class Site:
         self._queue_urls: list[str] = []
         self.rt: Runtime | None = None
         try:
-            self.database_url = db.create_database(self.server_url, self.db_name)
+            direct = db.create_database(self.server_url, self.db_name)
             self._created_db = True
-            with db.connect(self.database_url) as conn:
+            with db.connect(direct) as conn:  # before any pooled session starts
                 migrate.apply(conn)
+            self.database_url = self.server.pooled(direct)
             self.queues = stack.prepare_aws(self.endpoint, prefix=f"drill-{suffix}",
                                             visibility_timeout=visibility_timeout,
                                             max_receive_count=max_receive_count)
@@ -1101,10 +1135,10 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
     size = SHORT if short else FULL
     began = time.monotonic()
     with ExitStack() as cleanup, _quiet_logs():
-        server, pgdata = lab.postgres_url, None
+        server, pgdata = lab.server, None
         if drill.restarts_postgres:
             server, pgdata = cleanup.enter_context(lab.restartable_postgres())
-        site = Site(lab, name, server_url=server,
+        site = Site(lab, name, server=server,
                     limits=drill.short_limits if short and drill.short_limits else drill.limits)
         cleanup.callback(site.close)
         run = Run(site, size, pgdata)

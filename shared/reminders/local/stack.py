@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from reminders import db
 from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
+from reminders.local import pooler
 from reminders.errors import DatabaseUnavailable, RemindersError
 
 REGION = "us-east-1"
@@ -50,6 +52,10 @@ class LocalStack:
     pgdata: str
     pids: dict[str, int]
     secrets_key_id: str = ""  # the KMS key (in moto) webhook secrets are sealed with
+    # The Postgres server itself: databases are created and migrated on it; every client
+    # (``database_url``) goes through the PgBouncer in front of it, as functions go through
+    # RDS Proxy.
+    direct_url: str = ""
 
     def env(self) -> dict[str, str]:
         """The settings every command and handler reads, pointing at this stack."""
@@ -65,6 +71,17 @@ class LocalStack:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def new_database(self, name: str) -> str:
+        """A migrated database of its own on the stack's server, as clients reach it (through
+        the pooler). It is created and migrated on the server itself, so the role settings the
+        migrations write are there before any pooled session of it starts."""
+        from psycopg.conninfo import make_conninfo
+
+        direct = db.create_database(self.direct_url or self.database_url, name)
+        with db.connect(direct) as conn:
+            migrate.apply(conn)
+        return make_conninfo(self.database_url, dbname=name)
 
 
 def free_port() -> int:
@@ -179,8 +196,10 @@ def _clear_dead_postmaster(pgdata: Path, seconds: float = 10.0) -> bool:
 
 
 def _postgres_answers(url: str) -> bool:
+    """Whether a statement runs (through a pooler, a connection alone proves nothing)."""
     try:
-        db.connect(url).close()
+        with db.connect(url) as conn:
+            db.fetch_one(conn, "ping")
     except DatabaseUnavailable:
         return False
     return True
@@ -379,17 +398,23 @@ def start(*, visibility_timeout: int = 2,
         pgdata, url = root / "pgdata", ""
         endpoint, receiver_url, secret = "", "", new_secret()
     else:
-        old_pids, pgdata, url = old.pids, Path(old.pgdata), old.database_url
+        old_pids, pgdata, url = old.pids, Path(old.pgdata), old.direct_url
         endpoint, receiver_url, secret = old.endpoint_url, old.receiver_url, old.receiver_secret
     restarted: dict[str, str] = {}
 
+    postgres_restarted = False
     if not url or not _postgres_answers(url):
         was_running = _postmaster_running(pgdata)  # then it is starting up: wait for it
         url = _database(pgdata)
-        if old is not None and not was_running:
-            same = "same" if url == old.database_url else "new"
-            restarted["postgres"] = ("restarted postgres: it was not running (same data "
-                                     f"directory, {same} DATABASE_URL)")
+        postgres_restarted = old is not None and not was_running
+    pooled, pooler_pid, pooler_why = _pooler(root, url, old)
+    _wait_postgres(pooled)  # after a restart, until the pooler logs in to the server again
+    if postgres_restarted and old is not None:
+        same = "same" if pooled == old.database_url else "new"
+        restarted["postgres"] = ("restarted postgres: it was not running (same data "
+                                 f"directory, {same} DATABASE_URL)")
+    if old is not None and pooler_why:
+        restarted["pooler"] = f"restarted PgBouncer: it {pooler_why}"
 
     def why_start(name: str, probe: str) -> str | None:
         """Why the recorded server ``name`` must be started again (None: it answers)."""
@@ -403,6 +428,7 @@ def start(*, visibility_timeout: int = 2,
         return why
 
     pids = dict(old_pids)
+    pids["pooler"] = pooler_pid
     spawned: list[tuple[subprocess.Popen[bytes], str]] = []
     try:
         moto_why = why_start("moto", f"{endpoint}/moto-api/data.json")
@@ -443,12 +469,62 @@ def start(*, visibility_timeout: int = 2,
             moved = "" if receiver_url == old.receiver_url else ", a new port"
             restarted["receiver"] = (f"restarted the webhook receiver: it {receiver_why} "
                                      f"(same secret{moved}; its counts start from zero)")
-    stack = LocalStack(database_url=url, endpoint_url=endpoint, region=REGION, queues=queues,
-                       receiver_url=receiver_url, receiver_secret=secret, pgdata=str(pgdata),
-                       pids=pids, secrets_key_id=secrets_key)
+    stack = LocalStack(database_url=pooled, endpoint_url=endpoint, region=REGION,
+                       queues=queues, receiver_url=receiver_url, receiver_secret=secret,
+                       pgdata=str(pgdata), pids=pids, secrets_key_id=secrets_key,
+                       direct_url=url)
     if stack != old:
         state.write_text(json.dumps(stack.as_json(), indent=2))
     return stack, restarted
+
+
+def _pooler(root: Path, direct_url: str, old: LocalStack | None) -> tuple[str, int, str | None]:
+    """The PgBouncer in front of ``direct_url``: the recorded one when it answers, else one
+    started (on the same port where it is free). Returns (the pooled database URL, its pid, why
+    it was started again, None when it was not)."""
+    pid = old.pids.get("pooler") if old is not None else None
+    if old is not None and pid is not None and old.database_url and _alive(pid) \
+            and _listens(conninfo_port(old.database_url)):
+        return old.database_url, pid, None
+    why = "was not recorded" if pid is None else (
+        "was not answering" if _alive(pid) else "was not running")
+    if pid is not None:
+        pooler.stop(pid)
+    # The recorded port, else one derived from the stack's home: DATABASE_URL stays the same
+    # across `local down` and `local up` where that port is free.
+    wanted = [conninfo_port(old.database_url) if old is not None else None,
+              20_000 + zlib.crc32(str(root).encode()) % 10_000]
+    port = next((p for p in wanted if p is not None and _port_free(p)), None) or free_port()
+    bouncer = pooler.start(direct_url, root / "pooler", port)
+    return bouncer.url(direct_url), bouncer.pid, why
+
+
+def conninfo_port(url: str) -> int | None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    port = str(conninfo_to_dict(url).get("port") or "")
+    return int(port) if port.isdigit() else None
+
+
+def _listens(port: int | None) -> bool:
+    if port is None:
+        return False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # As a server binds it: a port whose last connections linger in TIME_WAIT is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack:
@@ -465,7 +541,7 @@ def stop() -> dict[str, str] | None:
     if not state.exists():
         return None
     stack = LocalStack(**json.loads(state.read_text()))
-    labels = {"moto": "moto", "receiver": "the webhook receiver"}
+    labels = {"moto": "moto", "receiver": "the webhook receiver", "pooler": "PgBouncer"}
     found = {name: f"{labels.get(name, name)} was not running"
              for name, pid in stack.pids.items() if not _alive(pid)}
     _stop(stack.pids)
