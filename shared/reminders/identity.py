@@ -56,17 +56,30 @@ def request_digest(command: str, arguments: dict[str, Any]) -> str:
 
 
 def presign(sts: Any, digest: str, *, seconds: int = PROOF_SECONDS) -> str:
-    """A GetCallerIdentity URL signed with ``sts``'s credentials, bound to ``digest``."""
+    """A GetCallerIdentity URL signed with ``sts``'s credentials, bound to ``digest``, for
+    the GET that :func:`verify` sends (SigV4 signs the method, and botocore presigns STS for
+    POST unless told otherwise: STS would refuse such a proof sent as GET)."""
 
     def bind(request: Any, **_: Any) -> None:
         request.headers[HEADER] = digest
 
     sts.meta.events.register_first("before-sign.sts.GetCallerIdentity", bind)
     try:
-        url: str = sts.generate_presigned_url("get_caller_identity", ExpiresIn=seconds)
+        url: str = sts.generate_presigned_url("get_caller_identity", ExpiresIn=seconds,
+                                              HttpMethod="GET")
     finally:
         sts.meta.events.unregister("before-sign.sts.GetCallerIdentity", bind)
     return url
+
+
+def _error_code(exc: urllib.error.HTTPError) -> str:
+    """STS's error code (``SignatureDoesNotMatch``, ``ExpiredToken``, ...), or ""."""
+    try:
+        root = ElementTree.fromstring(exc.read(65_536))
+    except (ElementTree.ParseError, OSError):
+        return ""
+    code = root.findtext(f".//{STS_NAMESPACE}Code") or root.findtext(".//Code") or ""
+    return code if code.isalnum() and len(code) <= 64 else ""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -109,9 +122,10 @@ def verify(proof: str, digest: str, *, sts_endpoint: str, timeout: float = 5.0) 
         with opener.open(request, timeout=timeout) as response:
             body = response.read(65_536)
     except urllib.error.HTTPError as exc:
+        code = _error_code(exc)
         raise IdentityRefused(
-            f"identity: STS refused the proof (HTTP {exc.code}): it expired, was altered, or "
-            "was signed for another command") from None
+            f"identity: STS refused the proof (HTTP {exc.code}{' ' + code if code else ''}): "
+            "it expired, was altered, or was signed for another command") from None
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError:
