@@ -5,7 +5,8 @@ carries a Cognito identity only, and ``ClientContext`` is whatever the caller wr
 command line sends a proof the function can check: an STS ``GetCallerIdentity`` request
 presigned with the caller's credentials, with a signed header ``x-reminders-request`` that
 holds the SHA-256 of the command and its arguments. The function sends that request to STS
-(the only endpoint it accepts is its own region's, ``REMINDERS_STS_ENDPOINT``) with the digest
+(only its own region's, ``REMINDERS_STS_ENDPOINT``, or that region's FIPS or dual-stack
+host: :func:`accepted_origins`) with the digest
 of the command it actually received: STS answers with the signer's ARN only if the signature,
 the expiry and the digest all match. A proof is good for one command for ``PROOF_SECONDS``.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -36,6 +38,11 @@ PROOF_PARAMETERS = frozenset({
     "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"})
 MAX_PROOF_LENGTH = 8192
 STS_NAMESPACE = "{https://sts.amazonaws.com/doc/2011-06-15/}"
+# A regional STS endpoint, by partition DNS suffix: its dual-stack suffix, and where STS has
+# FIPS hosts.
+_REGIONAL = re.compile(r"sts\.([a-z]{2}(?:-[a-z]+)+-[0-9]{1,2})\.(amazonaws\.com(?:\.cn)?)")
+_DUAL_STACK = {"amazonaws.com": "api.aws", "amazonaws.com.cn": "api.amazonwebservices.com.cn"}
+_FIPS = frozenset({"amazonaws.com"})
 
 
 class IdentityRefused(InvalidInput):
@@ -87,15 +94,34 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def accepted_origins(sts_endpoint: str) -> frozenset[str]:
+    """Where a proof may be sent: for the function's own regional STS endpoint
+    (``https://sts.REGION.amazonaws.com``, or China's ``.amazonaws.com.cn``), that host, the
+    region's FIPS host (``sts-fips.REGION.amazonaws.com``) and its dual-stack host
+    (``sts.REGION.api.aws``; in China ``sts.REGION.api.amazonwebservices.com.cn``), each over
+    HTTPS on the default port; for any other endpoint (the local stand-in), that one only. Never
+    the global ``sts.amazonaws.com``, another region's, or another partition's."""
+    trusted = urlsplit(sts_endpoint)
+    found = _REGIONAL.fullmatch(trusted.netloc) if trusted.scheme == "https" else None
+    if found is None:
+        return frozenset({f"{trusted.scheme}://{trusted.netloc}"})
+    region, suffix = found.group(1), found.group(2)
+    hosts = {f"sts.{region}.{suffix}", f"sts.{region}.{_DUAL_STACK[suffix]}"}
+    if suffix in _FIPS:
+        hosts.add(f"sts-fips.{region}.{suffix}")
+    return frozenset(f"https://{host}" for host in hosts)
+
+
 def check_proof(proof: str, sts_endpoint: str) -> None:
-    """Refuse anything but a presigned GetCallerIdentity to ``sts_endpoint``, before a byte is
-    sent: the function fetches no other URL a caller could name."""
+    """Refuse anything but a presigned GetCallerIdentity to one of :func:`accepted_origins`,
+    before a byte is sent: the function fetches no other URL a caller could name."""
     if len(proof) > MAX_PROOF_LENGTH:
         raise IdentityRefused("identity: the proof is too long")
-    parts, trusted = urlsplit(proof), urlsplit(sts_endpoint)
-    if (parts.scheme, parts.netloc) != (trusted.scheme, trusted.netloc) or \
+    parts, origins = urlsplit(proof), accepted_origins(sts_endpoint)
+    if f"{parts.scheme}://{parts.netloc}" not in origins or \
             parts.path not in ("", "/") or parts.fragment or parts.username:
-        raise IdentityRefused(f"identity: the proof is not a request to {sts_endpoint}")
+        others = " (or this region's FIPS or dual-stack STS host)" if len(origins) > 1 else ""
+        raise IdentityRefused(f"identity: the proof is not a request to {sts_endpoint}{others}")
     try:
         query = parse_qs(parts.query, strict_parsing=True, keep_blank_values=True)
     except ValueError:
