@@ -26,7 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from xml.etree import ElementTree
 
-from reminders.errors import InvalidInput
+from reminders.errors import CommandFailed, InvalidInput
+from reminders.outcome import EXIT_UNAVAILABLE
 
 HEADER = "x-reminders-request"
 PROOF_SECONDS = 60
@@ -47,6 +48,14 @@ _FIPS = frozenset({"amazonaws.com"})
 
 class IdentityRefused(InvalidInput):
     """The proof of who is calling is missing, malformed or refused by STS."""
+
+
+class StsUnavailable(CommandFailed):
+    """STS could not say whether the proof is good (it failed, or could not be reached):
+    nothing ran, and the same command can be tried again (exit status 5, "unreachable")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=EXIT_UNAVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -149,9 +158,17 @@ def verify(proof: str, digest: str, *, sts_endpoint: str, timeout: float = 5.0) 
             body = response.read(65_536)
     except urllib.error.HTTPError as exc:
         code = _error_code(exc)
+        status = f"HTTP {exc.code}{' ' + code if code else ''}"
+        if exc.code >= 500:
+            raise StsUnavailable(f"identity: STS could not check the proof ({status}); "
+                                 "nothing ran, try again") from None
         raise IdentityRefused(
-            f"identity: STS refused the proof (HTTP {exc.code}{' ' + code if code else ''}): "
-            "it expired, was altered, or was signed for another command") from None
+            f"identity: STS refused the proof ({status}): it expired, was altered, or was "
+            "signed for another command") from None
+    except OSError as exc:  # refused, reset, timed out, no route, no name
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise StsUnavailable(f"identity: STS could not be reached at {sts_endpoint} "
+                             f"({reason}); nothing ran, try again") from None
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError:

@@ -19,6 +19,7 @@ from functions.ops.handler import handler
 from reminders import config, db, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
+from reminders.local.sts_server import Principal, StsStandIn
 from tests.conftest import OPERATOR_ARN, T0, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
@@ -284,6 +285,36 @@ def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runt
     assert one(conn, "select state from schedules")["state"] == "cancelled"
 
 
+@pytest.fixture
+def own_sts(ops_runtime: runtime.Runtime, monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
+    """A stand-in of the test's own (which it may stop, or make fail) as the function's STS."""
+    stand_in = StsStandIn(region=stack.REGION)
+    stand_in.registry.add(Principal(stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+                                    stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN))
+    monkeypatch.setenv("REMINDERS_STS_ENDPOINT", stand_in.start())
+    yield stand_in
+    stand_in.stop()
+
+
+def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: Cli,
+                                                      conn: db.Connection) -> None:
+    schedule(cli)
+    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client("sts", own_sts.url))
+    own_sts.fault = 500
+    answer = handler(event, Context("Reminders-ops"))
+    assert answer == {"version": 1, "code": 5, "caller": None, "error": (
+        "identity: STS could not check the proof (HTTP 500 ServiceUnavailable); nothing ran, "
+        "try again")}
+    own_sts.fault = None
+    own_sts.stop()
+    answer = handler(event, Context("Reminders-ops"))
+    assert answer["code"] == 5, answer
+    assert answer["error"].startswith(f"identity: STS could not be reached at {own_sts.url} (")
+    assert answer["error"].endswith("); nothing ran, try again")
+    assert "altered" not in answer["error"]
+    assert one(conn, "select state from schedules")["state"] == "active"
+
+
 def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
                                                   sts: Any) -> None:
     answer = invoke(sts, "status", {}, Context("Reminders-ops", account="999999999999"))
@@ -385,3 +416,35 @@ def test_ops_function_skips_the_stack_lookup(remote: Cli, cli: Cli) -> None:
     assert got.json()["by_state"]["scheduled"] == 1
     got = remote("--ops-function", "missing-fn", "status")
     assert got.code == 5 and "Function not found: missing-fn" in got.err
+
+
+def test_stack_exits_5_when_the_functions_sts_is_down(
+        cli: Cli, own_sts: StsStandIn, lambda_endpoint: tuple[str, LambdaStandIn],
+        remote: Cli, conn: db.Connection) -> None:
+    """The command line signs with STS; by the time the function asks it, STS fails (500) or
+    is gone: exit status 5 (unreachable), not a proof that "was altered"."""
+    schedule(cli)
+    functions = lambda_endpoint[1].functions
+    here = Cli({**remote.env, "AWS_ENDPOINT_URL_STS": own_sts.url})
+
+    def failing(event: Any, context: Any) -> Any:
+        own_sts.fault = 500
+        return handler(event, context)
+
+    functions["Reminders-ops-fn"] = failing
+    got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
+    assert (got.code, got.out, got.err) == (5, "", (
+        "reminders: error: identity: STS could not check the proof (HTTP 500 "
+        "ServiceUnavailable); nothing ran, try again\n"))
+
+    def gone(event: Any, context: Any) -> Any:
+        own_sts.stop()
+        return handler(event, context)
+
+    functions["Reminders-ops-fn"] = gone
+    own_sts.fault = None  # up while the command line signs
+    got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
+    assert got.code == 5, got.err
+    assert got.err.startswith("reminders: error: identity: STS could not be reached at "
+                              f"{own_sts.url} (")
+    assert one(conn, "select state from schedules")["state"] == "active"
