@@ -123,6 +123,29 @@ def moto_endpoint() -> Iterator[str]:
         server.wait(10)
 
 
+# Who the STS stand-in says signed with the test credentials (stack.AWS_TEST_ENV).
+OPERATOR_ARN = "arn:aws:iam::123456789012:user/operator"
+
+
+@pytest.fixture(scope="session")
+def sts_endpoint() -> Iterator[str]:
+    """The SigV4-verifying STS stand-in, in its own process, knowing the test credentials as
+    OPERATOR_ARN: what decides whether an identity proof is good (moto's STS checks nothing)."""
+    port = stack.free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reminders.local.sts_server", "--port", str(port),
+         "--region", stack.REGION, "--principal", stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+         stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        stack.wait_http(f"{endpoint}/_stand-in/health")
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 @pytest.fixture
 def queue_urls(moto_endpoint: str) -> config.QueueUrls:
     return stack.prepare_aws(moto_endpoint, prefix=f"t{next(_counter)}", visibility_timeout=1,

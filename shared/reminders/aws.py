@@ -28,6 +28,33 @@ def client(service: str) -> Any:
     return boto3.client(service, config=boto_config(DEFAULT_LIMITS))  # type: ignore[call-overload]
 
 
+def region() -> str:
+    """The region the command line's boto3 clients use (``AWS_DEFAULT_REGION``, else the
+    profile's), so STS is the stack's region's."""
+    import boto3
+
+    name = boto3.session.Session().region_name
+    if not name:
+        raise ConfigError("no AWS region: set AWS_DEFAULT_REGION, or a region in "
+                          "AWS_PROFILE's configuration")
+    return str(name)
+
+
+def sts_client(region_name: str) -> Any:
+    """STS at ``region_name``'s own endpoint (``sts.REGION.amazonaws.com``, or the FIPS or
+    dual-stack host where AWS_USE_FIPS_ENDPOINT or AWS_USE_DUALSTACK_ENDPOINT asks), never the
+    global ``sts.amazonaws.com`` that botocore before 1.36 picks for the older regions
+    (``sts_regional_endpoints = legacy``, which a profile may still set). An endpoint set for
+    STS (``AWS_ENDPOINT_URL_STS``, ``AWS_ENDPOINT_URL``) is used as it is."""
+    import boto3
+    import botocore.session
+
+    core = botocore.session.get_session()
+    core.set_config_variable("sts_regional_endpoints", "regional")
+    return boto3.Session(botocore_session=core, region_name=region_name).client(
+        "sts", config=boto_config(DEFAULT_LIMITS))
+
+
 def send_client(service: str, config: Any) -> Any:
     """A client for a channel's sends, with the channel's own (no-retry) configuration."""
     import boto3

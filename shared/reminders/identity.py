@@ -5,7 +5,8 @@ carries a Cognito identity only, and ``ClientContext`` is whatever the caller wr
 command line sends a proof the function can check: an STS ``GetCallerIdentity`` request
 presigned with the caller's credentials, with a signed header ``x-reminders-request`` that
 holds the SHA-256 of the command and its arguments. The function sends that request to STS
-(the only endpoint it accepts is its own region's, ``REMINDERS_STS_ENDPOINT``) with the digest
+(only its own region's, ``REMINDERS_STS_ENDPOINT``, or that region's FIPS or dual-stack
+host: :func:`accepted_origins`) with the digest
 of the command it actually received: STS answers with the signer's ARN only if the signature,
 the expiry and the digest all match. A proof is good for one command for ``PROOF_SECONDS``.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from xml.etree import ElementTree
 
-from reminders.errors import InvalidInput
+from reminders.errors import CommandFailed, InvalidInput
+from reminders.outcome import EXIT_UNAVAILABLE
 
 HEADER = "x-reminders-request"
 PROOF_SECONDS = 60
@@ -36,10 +39,23 @@ PROOF_PARAMETERS = frozenset({
     "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"})
 MAX_PROOF_LENGTH = 8192
 STS_NAMESPACE = "{https://sts.amazonaws.com/doc/2011-06-15/}"
+# A regional STS endpoint, by partition DNS suffix: its dual-stack suffix, and where STS has
+# FIPS hosts.
+_REGIONAL = re.compile(r"sts\.([a-z]{2}(?:-[a-z]+)+-[0-9]{1,2})\.(amazonaws\.com(?:\.cn)?)")
+_DUAL_STACK = {"amazonaws.com": "api.aws", "amazonaws.com.cn": "api.amazonwebservices.com.cn"}
+_FIPS = frozenset({"amazonaws.com"})
 
 
 class IdentityRefused(InvalidInput):
     """The proof of who is calling is missing, malformed or refused by STS."""
+
+
+class StsUnavailable(CommandFailed):
+    """STS could not say whether the proof is good (it failed, or could not be reached):
+    nothing ran, and the same command can be tried again (exit status 5, "unreachable")."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=EXIT_UNAVAILABLE)
 
 
 @dataclass(frozen=True)
@@ -56,17 +72,30 @@ def request_digest(command: str, arguments: dict[str, Any]) -> str:
 
 
 def presign(sts: Any, digest: str, *, seconds: int = PROOF_SECONDS) -> str:
-    """A GetCallerIdentity URL signed with ``sts``'s credentials, bound to ``digest``."""
+    """A GetCallerIdentity URL signed with ``sts``'s credentials, bound to ``digest``, for
+    the GET that :func:`verify` sends (SigV4 signs the method, and botocore presigns STS for
+    POST unless told otherwise: STS would refuse such a proof sent as GET)."""
 
     def bind(request: Any, **_: Any) -> None:
         request.headers[HEADER] = digest
 
     sts.meta.events.register_first("before-sign.sts.GetCallerIdentity", bind)
     try:
-        url: str = sts.generate_presigned_url("get_caller_identity", ExpiresIn=seconds)
+        url: str = sts.generate_presigned_url("get_caller_identity", ExpiresIn=seconds,
+                                              HttpMethod="GET")
     finally:
         sts.meta.events.unregister("before-sign.sts.GetCallerIdentity", bind)
     return url
+
+
+def _error_code(exc: urllib.error.HTTPError) -> str:
+    """STS's error code (``SignatureDoesNotMatch``, ``ExpiredToken``, ...), or ""."""
+    try:
+        root = ElementTree.fromstring(exc.read(65_536))
+    except (ElementTree.ParseError, OSError):
+        return ""
+    code = root.findtext(f".//{STS_NAMESPACE}Code") or root.findtext(".//Code") or ""
+    return code if code.isalnum() and len(code) <= 64 else ""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -74,15 +103,34 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+def accepted_origins(sts_endpoint: str) -> frozenset[str]:
+    """Where a proof may be sent: for the function's own regional STS endpoint
+    (``https://sts.REGION.amazonaws.com``, or China's ``.amazonaws.com.cn``), that host, the
+    region's FIPS host (``sts-fips.REGION.amazonaws.com``) and its dual-stack host
+    (``sts.REGION.api.aws``; in China ``sts.REGION.api.amazonwebservices.com.cn``), each over
+    HTTPS on the default port; for any other endpoint (the local stand-in), that one only. Never
+    the global ``sts.amazonaws.com``, another region's, or another partition's."""
+    trusted = urlsplit(sts_endpoint)
+    found = _REGIONAL.fullmatch(trusted.netloc) if trusted.scheme == "https" else None
+    if found is None:
+        return frozenset({f"{trusted.scheme}://{trusted.netloc}"})
+    region, suffix = found.group(1), found.group(2)
+    hosts = {f"sts.{region}.{suffix}", f"sts.{region}.{_DUAL_STACK[suffix]}"}
+    if suffix in _FIPS:
+        hosts.add(f"sts-fips.{region}.{suffix}")
+    return frozenset(f"https://{host}" for host in hosts)
+
+
 def check_proof(proof: str, sts_endpoint: str) -> None:
-    """Refuse anything but a presigned GetCallerIdentity to ``sts_endpoint``, before a byte is
-    sent: the function fetches no other URL a caller could name."""
+    """Refuse anything but a presigned GetCallerIdentity to one of :func:`accepted_origins`,
+    before a byte is sent: the function fetches no other URL a caller could name."""
     if len(proof) > MAX_PROOF_LENGTH:
         raise IdentityRefused("identity: the proof is too long")
-    parts, trusted = urlsplit(proof), urlsplit(sts_endpoint)
-    if (parts.scheme, parts.netloc) != (trusted.scheme, trusted.netloc) or \
+    parts, origins = urlsplit(proof), accepted_origins(sts_endpoint)
+    if f"{parts.scheme}://{parts.netloc}" not in origins or \
             parts.path not in ("", "/") or parts.fragment or parts.username:
-        raise IdentityRefused(f"identity: the proof is not a request to {sts_endpoint}")
+        others = " (or this region's FIPS or dual-stack STS host)" if len(origins) > 1 else ""
+        raise IdentityRefused(f"identity: the proof is not a request to {sts_endpoint}{others}")
     try:
         query = parse_qs(parts.query, strict_parsing=True, keep_blank_values=True)
     except ValueError:
@@ -109,9 +157,18 @@ def verify(proof: str, digest: str, *, sts_endpoint: str, timeout: float = 5.0) 
         with opener.open(request, timeout=timeout) as response:
             body = response.read(65_536)
     except urllib.error.HTTPError as exc:
+        code = _error_code(exc)
+        status = f"HTTP {exc.code}{' ' + code if code else ''}"
+        if exc.code >= 500:
+            raise StsUnavailable(f"identity: STS could not check the proof ({status}); "
+                                 "nothing ran, try again") from None
         raise IdentityRefused(
-            f"identity: STS refused the proof (HTTP {exc.code}): it expired, was altered, or "
-            "was signed for another command") from None
+            f"identity: STS refused the proof ({status}): it expired, was altered, or was "
+            "signed for another command") from None
+    except OSError as exc:  # refused, reset, timed out, no route, no name
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        raise StsUnavailable(f"identity: STS could not be reached at {sts_endpoint} "
+                             f"({reason}); nothing ran, try again") from None
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError:

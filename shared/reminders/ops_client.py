@@ -106,7 +106,8 @@ def run_remote(command: str, arguments: dict[str, Any], *, stack: str | None,
         raise CommandFailed(f"{command} does not run through the operations function",
                             code=EXIT_USAGE)
     invoker = _make_invoker(stack, function_name)
-    return outcome_of(invoker.invoke(request(command, arguments, aws.client("sts"))))
+    # The proof is signed for the stack's region's STS host, the one the function accepts.
+    return outcome_of(invoker.invoke(request(command, arguments, aws.sts_client(aws.region()))))
 
 
 _COMMANDS = ("status", "show", "list", "reconcile", "cancel", "tenants pause",

@@ -1,7 +1,9 @@
 """The operations function: a JSON command in (the event a synchronous Lambda invoke passes),
 the same output and exit status as the local command line out, the caller proven through STS
 and recorded. And ``reminders --stack NAME``: the stack's output found through CloudFormation,
-the proof signed through STS (both moto over HTTP), the function invoked by boto3 over HTTP."""
+the stack found in moto's CloudFormation over HTTP, the proof signed for and checked by the
+SigV4-verifying STS stand-in (reminders.local.sts_server), the function invoked by boto3 over
+HTTP."""
 
 from __future__ import annotations
 
@@ -17,19 +19,19 @@ from functions.ops.handler import handler
 from reminders import config, db, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
-from tests.conftest import T0, make_runtime
+from reminders.local.sts_server import Principal, StsStandIn
+from tests.conftest import OPERATOR_ARN, T0, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
-MOTO_ARN = f"arn:aws:sts::{ACCOUNT}:user/moto"  # who moto's STS says signed
 DUE = "2027-03-01T09:05:00Z"
 _stacks = itertools.count()
 
 
 @pytest.fixture
 def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: str,
-                monkeypatch: pytest.MonkeyPatch) -> Iterator[runtime.Runtime]:
-    monkeypatch.setenv("REMINDERS_STS_ENDPOINT", moto_endpoint)
+                sts_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[runtime.Runtime]:
+    monkeypatch.setenv("REMINDERS_STS_ENDPOINT", sts_endpoint)
     rt = make_runtime(database_url, queue_urls, moto_endpoint, FixedClock(T0))
     runtime.install(rt)
     yield rt
@@ -38,8 +40,8 @@ def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: 
 
 
 @pytest.fixture
-def sts(moto_endpoint: str) -> Any:
-    return stack.aws_client("sts", moto_endpoint)
+def sts(sts_endpoint: str) -> Any:
+    return stack.aws_client("sts", sts_endpoint)
 
 
 def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
@@ -68,7 +70,7 @@ def test_status_answers_as_the_local_command_with_the_queues_and_the_caller(
     schedule(cli)
     answer = invoke(sts, "status", {"tenant": None})
     assert answer["code"] == 0, answer
-    assert answer["caller"] == MOTO_ARN
+    assert answer["caller"] == OPERATOR_ARN
     assert answer["data"]["by_state"]["scheduled"] == 1
     assert set(answer["data"]["queues"]) == {"deliveries", "dlq", "parking"}
     local = json.loads(cli("status", "--json").out)
@@ -91,13 +93,13 @@ def test_a_reconcile_records_the_verified_caller_with_the_event(
     assert answer["data"]["more"] is True
     (event,) = conn.execute("select actor, who, event, detail from delivery_events "
                             "where event like 'reconciled%%'").fetchall()
-    assert event == {"actor": "operator", "who": MOTO_ARN, "event": "reconciled as sent",
+    assert event == {"actor": "operator", "who": OPERATOR_ARN, "event": "reconciled as sent",
                      "detail": "receiver log shows it (bulk through the operations function, "
-                               f"by {MOTO_ARN})"}
+                               f"by {OPERATOR_ARN})"}
     (action,) = conn.execute("select who, via, action, object, name, tenant, reason, detail "
                              "from operator_actions").fetchall()
     assert action == {
-        "who": MOTO_ARN, "via": "ops", "action": "reconciled as sent", "object": "deliveries",
+        "who": OPERATOR_ARN, "via": "ops", "action": "reconciled as sent", "object": "deliveries",
         "name": "state=unknown tenant=acme channel=email recipient=a@example.com",
         "tenant": "acme", "reason": "receiver log shows it",
         "detail": {"filters": {"state": "unknown", "tenant": "acme", "channel": "email",
@@ -114,10 +116,10 @@ def test_one_reconcile_by_key_names_the_caller(ops_runtime: runtime.Runtime, sts
     assert answer["code"] == 0, answer
     event = one(conn, "select who, detail from delivery_events where event = "
                       "'reconciled as retry'")
-    assert event == {"who": MOTO_ARN, "detail": "endpoint fixed"}
+    assert event == {"who": OPERATOR_ARN, "detail": "endpoint fixed"}
     shown = invoke(sts, "show", {"key": key})
-    assert shown["data"]["events"][-1]["who"] == MOTO_ARN
-    assert f"operator {MOTO_ARN}: reconciled as retry (endpoint fixed)" in shown["text"]
+    assert shown["data"]["events"][-1]["who"] == OPERATOR_ARN
+    assert f"operator {OPERATOR_ARN}: reconciled as retry (endpoint fixed)" in shown["text"]
 
 
 def test_errors_keep_the_local_exit_statuses(ops_runtime: runtime.Runtime, sts: Any,
@@ -150,9 +152,9 @@ def test_writes_through_the_function_change_the_database(ops_runtime: runtime.Ru
     rows = conn.execute("select who, via, action, object, name, tenant, reason "
                         "from operator_actions order by id").fetchall()
     assert rows == [
-        {"who": MOTO_ARN, "via": "ops", "action": "cancelled", "object": "schedule",
+        {"who": OPERATOR_ARN, "via": "ops", "action": "cancelled", "object": "schedule",
          "name": "inv-1", "tenant": "acme", "reason": "customer left"},
-        {"who": MOTO_ARN, "via": "ops", "action": "paused", "object": "tenant",
+        {"who": OPERATOR_ARN, "via": "ops", "action": "paused", "object": "tenant",
          "name": "acme", "tenant": "acme", "reason": "INC-7"}]
 
 
@@ -242,15 +244,15 @@ def test_a_request_outside_the_allow_list_is_refused_before_anything_runs(
 
 
 def test_a_request_without_a_valid_proof_is_refused(ops_runtime: runtime.Runtime, sts: Any,
-                                                    moto_endpoint: str) -> None:
+                                                    sts_endpoint: str) -> None:
     event = ops_client.request("status", {}, sts)
     without = {**event, "identity": {"claimed_arn": "arn:aws:iam::1:user/root"}}
     answer = handler(without, Context("Reminders-ops"))
     assert answer["code"] == 2 and "identity.proof is required" in answer["error"]
     # A proof aimed anywhere but the function's own STS endpoint is never fetched.
-    elsewhere = event["identity"]["proof"].replace(moto_endpoint, "http://169.254.169.254")
+    elsewhere = event["identity"]["proof"].replace(sts_endpoint, "http://169.254.169.254")
     answer = handler({**event, "identity": {"proof": elsewhere}}, Context("Reminders-ops"))
-    assert answer["error"] == f"identity: the proof is not a request to {moto_endpoint}"
+    assert answer["error"] == f"identity: the proof is not a request to {sts_endpoint}"
     # Another STS action, or a proof that does not sign the command's digest.
     other = event["identity"]["proof"].replace("GetCallerIdentity", "AssumeRole")
     answer = handler({**event, "identity": {"proof": other}}, Context("Reminders-ops"))
@@ -258,6 +260,59 @@ def test_a_request_without_a_valid_proof_is_refused(ops_runtime: runtime.Runtime
     unbound = event["identity"]["proof"].replace("x-reminders-request", "x-other")
     answer = handler({**event, "identity": {"proof": unbound}}, Context("Reminders-ops"))
     assert answer["error"] == "identity: the proof does not sign x-reminders-request"
+
+
+def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runtime, sts: Any,
+                                                      cli: Cli, conn: db.Connection) -> None:
+    """The proof binds the command and every argument: STS (the stand-in) recomputes the
+    signature with the digest of what the function received, and a changed argument, or
+    another command, changes the signed header's value."""
+    schedule(cli)
+    args = {"key": "inv-1", "reason": "customer left"}
+    event = ops_client.request("cancel", args, sts)
+    for changed in ({**event, "args": {**args, "reason": "customer stayed"}},
+                    {**event, "args": {**args, "key": "inv-2"}},
+                    {**event, "args": {**args, "dry_run": False}},
+                    {**event, "command": "tenants pause", "args": {"tenant": "acme"}}):
+        answer = handler(changed, Context("Reminders-ops"))
+        assert answer["code"] == 2, answer
+        assert answer["error"] == (
+            "identity: STS refused the proof (HTTP 403 SignatureDoesNotMatch): it expired, "
+            "was altered, or was signed for another command")
+    assert one(conn, "select state from schedules")["state"] == "active"
+    answer = handler(event, Context("Reminders-ops"))  # the proof as signed: good
+    assert (answer["code"], answer["caller"]) == (0, OPERATOR_ARN), answer
+    assert one(conn, "select state from schedules")["state"] == "cancelled"
+
+
+@pytest.fixture
+def own_sts(ops_runtime: runtime.Runtime, monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
+    """A stand-in of the test's own (which it may stop, or make fail) as the function's STS."""
+    stand_in = StsStandIn(region=stack.REGION)
+    stand_in.registry.add(Principal(stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
+                                    stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN))
+    monkeypatch.setenv("REMINDERS_STS_ENDPOINT", stand_in.start())
+    yield stand_in
+    stand_in.stop()
+
+
+def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: Cli,
+                                                      conn: db.Connection) -> None:
+    schedule(cli)
+    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client("sts", own_sts.url))
+    own_sts.fault = 500
+    answer = handler(event, Context("Reminders-ops"))
+    assert answer == {"version": 1, "code": 5, "caller": None, "error": (
+        "identity: STS could not check the proof (HTTP 500 ServiceUnavailable); nothing ran, "
+        "try again")}
+    own_sts.fault = None
+    own_sts.stop()
+    answer = handler(event, Context("Reminders-ops"))
+    assert answer["code"] == 5, answer
+    assert answer["error"].startswith(f"identity: STS could not be reached at {own_sts.url} (")
+    assert answer["error"].endswith("); nothing ran, try again")
+    assert "altered" not in answer["error"]
+    assert one(conn, "select state from schedules")["state"] == "active"
 
 
 def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
@@ -291,11 +346,12 @@ def deployed(moto_endpoint: str) -> str:
 
 
 @pytest.fixture
-def remote(cli: Cli, moto_endpoint: str, lambda_endpoint: tuple[str, LambdaStandIn],
-           tmp_path: Path) -> Cli:
+def remote(cli: Cli, moto_endpoint: str, sts_endpoint: str,
+           lambda_endpoint: tuple[str, LambdaStandIn], tmp_path: Path) -> Cli:
     """The command line with AWS credentials and no database of its own."""
     env = {k: v for k, v in cli.env.items() if k != "DATABASE_URL"}
     return Cli({**env, **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
+                "AWS_ENDPOINT_URL_STS": sts_endpoint,
                 "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint[0]})
 
 
@@ -319,7 +375,7 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
     assert call["function"] == "Reminders-ops-fn"
     assert call["headers"].get("X-Amz-Invocation-Type") == "RequestResponse"
     sent = json.loads(call["body"])
-    assert sent["command"] == "status" and sent["identity"]["claimed_arn"] == MOTO_ARN
+    assert sent["command"] == "status" and sent["identity"]["claimed_arn"] == OPERATOR_ARN
     # A write, and its exit status and text, through the function.
     got = remote("--stack", deployed, "cancel", "inv-1")
     assert (got.code, got.out, got.err) == (0, "cancelled inv-1: 1 pending deliveries "
@@ -329,8 +385,8 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
     assert (got.code, got.out, got.err) == (0, "tenant acme paused\n", "")
     rows = conn.execute("select who, via, action, reason from operator_actions order by id"
                         ).fetchall()
-    assert rows == [{"who": MOTO_ARN, "via": "ops", "action": "cancelled", "reason": None},
-                    {"who": MOTO_ARN, "via": "ops", "action": "paused", "reason": "INC-9"}]
+    assert rows == [{"who": OPERATOR_ARN, "via": "ops", "action": "cancelled", "reason": None},
+                    {"who": OPERATOR_ARN, "via": "ops", "action": "paused", "reason": "INC-9"}]
     sent = json.loads(lambda_endpoint[1].calls[-1]["body"])
     assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
 
@@ -360,3 +416,35 @@ def test_ops_function_skips_the_stack_lookup(remote: Cli, cli: Cli) -> None:
     assert got.json()["by_state"]["scheduled"] == 1
     got = remote("--ops-function", "missing-fn", "status")
     assert got.code == 5 and "Function not found: missing-fn" in got.err
+
+
+def test_stack_exits_5_when_the_functions_sts_is_down(
+        cli: Cli, own_sts: StsStandIn, lambda_endpoint: tuple[str, LambdaStandIn],
+        remote: Cli, conn: db.Connection) -> None:
+    """The command line signs with STS; by the time the function asks it, STS fails (500) or
+    is gone: exit status 5 (unreachable), not a proof that "was altered"."""
+    schedule(cli)
+    functions = lambda_endpoint[1].functions
+    here = Cli({**remote.env, "AWS_ENDPOINT_URL_STS": own_sts.url})
+
+    def failing(event: Any, context: Any) -> Any:
+        own_sts.fault = 500
+        return handler(event, context)
+
+    functions["Reminders-ops-fn"] = failing
+    got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
+    assert (got.code, got.out, got.err) == (5, "", (
+        "reminders: error: identity: STS could not check the proof (HTTP 500 "
+        "ServiceUnavailable); nothing ran, try again\n"))
+
+    def gone(event: Any, context: Any) -> Any:
+        own_sts.stop()
+        return handler(event, context)
+
+    functions["Reminders-ops-fn"] = gone
+    own_sts.fault = None  # up while the command line signs
+    got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
+    assert got.code == 5, got.err
+    assert got.err.startswith("reminders: error: identity: STS could not be reached at "
+                              f"{own_sts.url} (")
+    assert one(conn, "select state from schedules")["state"] == "active"
