@@ -71,10 +71,11 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
         seconds = min(seconds, remaining() / 2000.0)
     deadline = started + seconds
     now = rt.clock.now()
-    conn = rt.connection()
     summary = TickSummary(now=iso(now))
     try:
-        db.execute(conn, "scanner_lock", {"key": _SCANNER_LOCK})
+        # Taking the turn writes nothing (a session lock ends with its session): a connection
+        # found gone here is replaced and the tick goes on.
+        conn, _ = rt.opening(lambda c: db.execute(c, "scanner_lock", {"key": _SCANNER_LOCK}))
     except Conflict as exc:  # another scanner kept the turn past the lock timeout
         summary.skipped = f"another scanner is running: {exc}"
         logger.warning("scanner tick skipped", extra={"reason": summary.skipped})

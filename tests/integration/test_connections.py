@@ -1,10 +1,13 @@
-"""The service's connections over months: a connection the proxy closed while idle, and a
-password the secret rotated while a function stayed warm, cost no batch."""
+"""The service's connections over months: a connection the proxy closed while idle, one
+dropped between two batches however recently it was used, and a password the secret rotated
+while a function stayed warm, cost no batch; a drop once a batch may have written fails it
+safely, never replaying what may have committed."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -12,11 +15,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reminders import aws, consumer, runtime
+from reminders import aws, consumer, db, redrive, runtime, scanner
+from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import (
+    attempts,
     delivery,
+    effects,
     event_for,
     schedule_webhook,
     take_messages,
@@ -37,6 +43,138 @@ def test_a_connection_closed_while_idle_costs_no_batch(harness: Harness) -> None
     assert answer == {"batchItemFailures": []}
     assert delivery(h, key)["state"] == "sent"
     assert h.rt.connection().info.backend_pid != pid
+
+
+def _terminate(h: Harness, pid: int) -> None:
+    """End a backend from another connection (a failover, the proxy's client lifetime, an
+    operator's pg_terminate_backend) and wait until it is gone."""
+    h.conn.execute("select pg_terminate_backend(%s)", (pid,))
+    for _ in range(200):  # 10 s at most
+        if not h.conn.execute("select 1 from pg_stat_activity where pid = %s",
+                              (pid,)).fetchone():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"backend {pid} still there")
+
+
+def _warm(h: Harness) -> int:
+    """The runtime's connection as a warm function keeps it, well inside the idle window (no
+    ping before the next batch): its backend's pid."""
+    h.rt.settings = replace(h.rt.settings,
+                            limits=replace(h.rt.settings.limits, idle_check_seconds=3600))
+    return h.rt.connection().info.backend_pid
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_consumer_batch(
+        harness: Harness) -> None:
+    h = harness
+    keys = schedule_webhook(h, "dropped", recipients=[f"r{i}" for i in range(10)])
+    tick(h)
+    messages = take_messages(h)
+    assert len(messages) == 10
+    pid = _warm(h)
+    _terminate(h, pid)
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert answer == {"batchItemFailures": []}
+    assert {k: delivery(h, k)["state"] for k in keys} == {k: "sent" for k in keys}
+    assert effects(h) == {k: 1 for k in keys}
+    assert h.rt.connection().info.backend_pid != pid
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_scanner_tick(
+        harness: Harness) -> None:
+    h = harness
+    keys = schedule_webhook(h, "tick", recipients=["amy", "ben"])
+    pid = _warm(h)
+    _terminate(h, pid)
+    summary = scanner.tick(h.rt)
+    assert (summary.leased, summary.published, summary.skipped) == (2, 2, None)
+    assert len(take_messages(h)) == 2
+    assert all(delivery(h, k)["state"] == "scheduled" for k in keys)  # leases pending
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_redrive_batch(
+        harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "redrive")
+    tick(h)
+    messages = take_messages(h)  # dead-lettered, as maxReceiveCount failures would
+    pid = _warm(h)
+    _terminate(h, pid)
+    answer = redrive.process_batch(event_for(h, messages), h.rt)
+    assert answer == {"batchItemFailures": []}
+    row = delivery(h, key)
+    assert (row["state"], row["redrives"]) == ("scheduled", 1)  # replayed: due again
+
+
+def _drop_before(h: Harness, statement: str) -> Callable[[str], None]:
+    """A hook that drops the runtime's connection just before its first ``statement``: after
+    the batch took the connection, so only the statement finds it gone."""
+
+    def hook(name: str) -> None:
+        if name == statement:
+            db.before_statement = None
+            conn = h.rt._conn
+            assert conn is not None
+            _terminate(h, conn.info.backend_pid)
+
+    return hook
+
+
+@pytest.mark.parametrize("where", ["scanner", "redrive"])
+def test_a_drop_found_by_the_first_statement_before_any_write_costs_nothing(
+        harness: Harness, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, f"first-{where}")
+    pid = _warm(h)
+    if where == "scanner":
+        monkeypatch.setattr(db, "before_statement", _drop_before(h, "scanner_lock"))
+        summary = scanner.tick(h.rt)
+        assert (summary.leased, summary.published) == (1, 1)
+    else:
+        tick(h)
+        messages = take_messages(h)
+        monkeypatch.setattr(db, "before_statement", _drop_before(h, "recheck_load"))
+        assert redrive.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+        assert delivery(h, key)["redrives"] == 1
+    assert db.before_statement is None  # the hook ran: the drop happened
+    assert h.rt.connection().info.backend_pid != pid
+
+
+def test_a_drop_once_the_consumer_may_have_written_fails_the_batch_and_replays_nothing(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's first write is marking its leases received, and a drop on it may come after
+    it committed; a drop after the sends, before their outcomes are recorded, leaves sends
+    that happened. Neither is run again on a new connection: the messages come back, and the
+    rows say what happened (a send in flight is never started twice)."""
+    h = harness
+    first = schedule_webhook(h, "first-write", recipients=["amy", "ben"])
+    tick(h)
+    messages = take_messages(h)
+    _warm(h)
+    monkeypatch.setattr(db, "before_statement", _drop_before(h, "deliveries_take_leases"))
+    with pytest.raises(DatabaseUnavailable):  # nothing done: an invocation error
+        consumer.process_batch(event_for(h, messages), h.rt)
+    assert db.before_statement is None
+    assert effects(h) == {} and all(attempts(h, k) == [] for k in first)
+
+    later = schedule_webhook(h, "mid-batch", recipients=["cy", "di"])
+    tick(h)
+    messages = take_messages(h)
+    monkeypatch.setattr(db, "before_statement", _drop_before(h, "attempts_finish"))
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert db.before_statement is None
+    assert sorted(f["itemIdentifier"] for f in answer["batchItemFailures"]) == sorted(
+        m["MessageId"] for m in messages)  # all come back: their outcomes are not recorded
+    assert effects(h) == {k: 1 for k in later}
+    for key in later:  # one attempt each, still open: the outcome was not written twice
+        (attempt,) = attempts(h, key)
+        assert attempt["outcome"] is None
+        assert delivery(h, key)["send_attempt"] is not None
+    # Redelivered, the messages find their sends in flight and start nothing.
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert effects(h) == {k: 1 for k in later}
+    assert all(len(attempts(h, k)) == 1 for k in later)
 
 
 @pytest.fixture
