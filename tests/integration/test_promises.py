@@ -275,6 +275,43 @@ def test_too_little_invocation_time_starts_no_send(harness: Harness) -> None:
     assert all(attempts(h, k) == [] for k in keys) and effects(h) == {}
 
 
+class _Invocation:
+    """A Lambda context whose remaining time the test sets as the batch goes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
+def test_time_spent_taking_the_rows_starts_no_send_it_could_not_record(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time left is checked again once the rows are locked, before any attempt is
+    started: a batch whose invocation time ran out while it waited for its rows sends nothing,
+    and its messages come back un-attempted, their leases still theirs, to be sent when they
+    come back."""
+    h = harness
+    keys = schedule_webhook(h, "late-lock", recipients=["a", "b"])
+    tick(h)
+    messages = take_messages(h)
+    invocation = _Invocation(55.0)  # enough to start
+
+    def rows_held_long(name: str) -> None:
+        if name == "deliveries_lock":
+            invocation.seconds = 20.0  # a send (15 s) fits, recording it (35 s) does not
+
+    monkeypatch.setattr(db, "before_statement", rows_held_long)
+    answer = consumer.process_batch(event_for(h, messages), h.rt, invocation)
+    monkeypatch.setattr(db, "before_statement", None)
+    assert len(answer["batchItemFailures"]) == 2
+    assert all(attempts(h, k) == [] for k in keys) and effects(h) == {}
+    assert all(delivery(h, k)["state"] == "leased" for k in keys)
+    again = consumer.process_batch(event_for(h, messages), h.rt, _Invocation(55.0))
+    assert again == {"batchItemFailures": []}
+    assert effects(h) == {k: 1 for k in keys}
+
+
 def test_racing_scanners_never_overshoot_the_in_flight_budget(harness: Harness,
                                                               database_url: str) -> None:
     """Item 12: the queue depth is read under the scanner's turn."""
