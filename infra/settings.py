@@ -34,8 +34,17 @@ SCHEDULE_PERIOD_SECONDS = 60
 # scanner's reserved concurrency is 1, so an overlapping tick would be throttled).
 SCANNER_TICK_MARGIN_SECONDS = 5
 # Time a consumer invocation needs besides the sends and the invocation margin: recording the
-# batch's outcomes and advancing its series after the last send.
+# batch's outcomes and advancing its series after the last send; at least one transaction's
+# worst case (Settings.db_transaction_seconds).
 CONSUMER_SETTLE_ALLOWANCE_SECONDS = 10
+# RDS Proxy's borrow timeout (infra/constructs/database.py): how long a transaction waits for a
+# database connection from the proxy's pool. The consumer counts it in the time it keeps for
+# recording a batch (shared/reminders/consumer.py, DB_WAIT_SECONDS).
+PROXY_BORROW_TIMEOUT_SECONDS = 5
+# The longest an e-mail or SMS send may take (their clients' timeouts): the consumer keeps at
+# least this much for a send, whatever sendTimeoutSeconds says for webhooks
+# (shared/reminders/consumer.py, DEFAULT_SEND_SECONDS).
+AWS_CHANNEL_SEND_SECONDS = 15
 # The most sends of one batch the consumer runs at once (REMINDERS_SEND_CONCURRENCY's ceiling
 # in shared/reminders/config.py). A batch is sent all at once, so this caps the batch size. Each
 # send is a thread and a socket, and a Lambda execution environment allows 1,024 of each
@@ -289,13 +298,29 @@ class Settings:
         )
 
     @property
+    def db_transaction_seconds(self) -> int:
+        """The longest one transaction of a function may take: waiting for a connection
+        through the proxy, then for its statement."""
+        return PROXY_BORROW_TIMEOUT_SECONDS + -(-self.db_statement_timeout_ms // 1000)
+
+    @property
+    def consumer_settle_allowance_seconds(self) -> int:
+        """Time kept after the last send to record the outcomes: one transaction's worst."""
+        return max(CONSUMER_SETTLE_ALLOWANCE_SECONDS, self.db_transaction_seconds)
+
+    @property
     def consumer_time_needed_seconds(self) -> int:
         """The least consumer timeout with which a batch can start, send and settle."""
         return (
-            self.send_timeout_seconds
+            self.consumer_send_seconds
             + self.invocation_margin_seconds
-            + CONSUMER_SETTLE_ALLOWANCE_SECONDS
+            + self.consumer_settle_allowance_seconds
         )
+
+    @property
+    def consumer_send_seconds(self) -> int:
+        """The longest one send of a batch may take: a webhook's deadline, or an AWS channel's."""
+        return max(self.send_timeout_seconds, AWS_CHANNEL_SEND_SECONDS)
 
     def validate(self) -> Settings:
         if self.max_receive_count < 5:
@@ -459,9 +484,14 @@ class Settings:
         if self.consumer_timeout_seconds < self.consumer_time_needed_seconds:
             raise SettingsError(
                 f"consumerTimeoutSeconds must be at least {self.consumer_time_needed_seconds} "
-                f"(sendTimeoutSeconds {self.send_timeout_seconds} + invocationMarginSeconds "
-                f"{self.invocation_margin_seconds} + {CONSUMER_SETTLE_ALLOWANCE_SECONDS} s to "
-                f"record the outcomes), got {self.consumer_timeout_seconds}: a shorter "
+                f"(a send's {self.consumer_send_seconds} s: sendTimeoutSeconds "
+                f"{self.send_timeout_seconds}, at least {AWS_CHANNEL_SEND_SECONDS}; + "
+                f"invocationMarginSeconds "
+                f"{self.invocation_margin_seconds} + {self.consumer_settle_allowance_seconds} s "
+                f"to record the outcomes: the proxy's {PROXY_BORROW_TIMEOUT_SECONDS} s borrow "
+                f"timeout and dbStatementTimeoutMs {self.db_statement_timeout_ms}, at least "
+                f"{CONSUMER_SETTLE_ALLOWANCE_SECONDS}), got {self.consumer_timeout_seconds}: a "
+                "shorter "
                 "invocation starts no send (every message comes back until it is "
                 "dead-lettered) or times out before it records what it sent"
             )

@@ -50,6 +50,19 @@ class PgCluster:
     def pooled(self, direct_url: str) -> str:
         return direct_url if self.pooler is None else self.pooler.url(direct_url)
 
+    def configure(self, database_url: str, defaults: db.SessionDefaults,
+                  role: str | None = None) -> None:
+        """Write ``defaults`` as the login's role settings in the database ``database_url``
+        names (on the server itself), and have the pooler renew its server connections so
+        the sessions from now on start with them."""
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        name = str(conninfo_to_dict(database_url)["dbname"])
+        with db.connect(make_conninfo(self.direct, dbname=name)) as conn:
+            db.configure_login(conn, defaults, role)
+        if self.pooler is not None:
+            self.pooler.reconnect(self.direct, name)
+
     def new_database(self, name: str, template: str | None = "reminders_template") -> str:
         """A database of its own (cloned from ``template``), as clients reach it: through the
         pooler. Its role settings (search_path, timeouts) are written on the server itself

@@ -27,9 +27,8 @@ def main() -> int:
     for key in ("DATABASE_URL", "REMINDERS_QUEUE_URL", "REMINDERS_DLQ_URL",
                 "REMINDERS_PARKING_QUEUE_URL", "REMINDERS_NOW"):
         os.environ.pop(key, None)
-    from reminders import db, runtime
+    from reminders import runtime
     from reminders.clock import FixedClock, iso
-    from reminders.db import migrate
     from reminders.local import stack
     from reminders.observability import logger
     from tests import console_traffic

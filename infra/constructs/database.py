@@ -14,7 +14,7 @@ from constructs import Construct
 
 from infra.constructs.network import Network
 from infra.nag import acknowledge
-from infra.settings import Settings, retention_days
+from infra.settings import PROXY_BORROW_TIMEOUT_SECONDS, Settings, retention_days
 
 POSTGRES_VERSION = rds.PostgresEngineVersion.VER_17_9
 PORT = 5432
@@ -193,7 +193,7 @@ class Database(Construct):
             debug_logging=False,
             max_connections_percent=90,
             idle_client_timeout=Duration.minutes(30),
-            borrow_timeout=Duration.seconds(30),
+            borrow_timeout=Duration.seconds(PROXY_BORROW_TIMEOUT_SECONDS),
         )
         self.endpoint = self.proxy.endpoint
 

@@ -7,8 +7,9 @@ moves when told to. ``REMINDERS_NOW`` (ISO-8601 with an offset) fixes the clock 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from reminders.errors import InvalidInput
 
@@ -67,3 +68,24 @@ def clock_from_env(environ: dict[str, str] | None = None) -> Clock:
     if fixed:
         return FixedClock(parse_instant(fixed, "REMINDERS_NOW"))
     return SystemClock()
+
+
+class TimeLeft:
+    """What is left of an invocation's time, asked afresh each time: Lambda's context's
+    ``get_remaining_time_in_millis``; unbounded (None) without one (the local loop, tests)."""
+
+    def __init__(self, remaining_ms: Callable[[], int] | None = None) -> None:
+        self._remaining_ms = remaining_ms
+
+    @classmethod
+    def of(cls, context: Any) -> TimeLeft:
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        return cls(remaining if callable(remaining) else None)
+
+    def seconds(self) -> float | None:
+        return None if self._remaining_ms is None else self._remaining_ms() / 1000.0
+
+    def short_of(self, needed: float) -> bool:
+        """Less than ``needed`` seconds left (never, when unbounded)."""
+        left = self.seconds()
+        return left is not None and left < needed

@@ -26,7 +26,7 @@ from typing import Any
 from reminders import db, retry
 from reminders.batch import parse, partial_response
 from reminders.channels.base import Message, Outcome, SendResult
-from reminders.clock import iso
+from reminders.clock import TimeLeft, iso
 from reminders.endpoints import signing_secrets
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from reminders.observability import logger
@@ -45,6 +45,9 @@ OUTCOME_METRICS = {"sent": "Sent", "retrying": "Retrying", "failed": "Failed",
 DEFAULT_SEND_SECONDS = 15.0
 # Time after a send's deadline to record its outcome before the lease may be taken back.
 SETTLE_SECONDS = 30
+# How long one transaction may wait for a database connection before its statement runs: RDS
+# Proxy's borrow timeout as the stack sets it (infra/settings.py, PROXY_BORROW_TIMEOUT_SECONDS).
+DB_WAIT_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     run = BatchRun()
     try:
         conn = rt.connection()
-        run_batch(rt, conn, parse(event), run, _seconds_left(context))
+        run_batch(rt, conn, parse(event), run, TimeLeft.of(context))
     except (DatabaseUnavailable, Conflict) as exc:
         # Postgres is away or would not give the rows: every message not yet answered comes
         # back later. Sends already made keep their ledger entries (the scanner settles them).
@@ -206,14 +209,25 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     return answer
 
 
-def _seconds_left(context: Any) -> float | None:
-    remaining = getattr(context, "get_remaining_time_in_millis", None)
-    return remaining() / 1000.0 if callable(remaining) else None
+def record_seconds(rt: Runtime) -> float:
+    """The longest recording a batch's outcomes may take: one transaction, waiting for a
+    connection through the proxy, then for its statement."""
+    return DB_WAIT_SECONDS + rt.settings.limits.statement_timeout_ms / 1000.0
+
+
+def _time_needed(rt: Runtime) -> tuple[float, str]:
+    """Time a batch needs left to start its sends: the longest send, recording the outcomes,
+    and the margin; and how that reads in a message."""
+    bound = max(_send_seconds(rt, channel) for channel in rt.channels)
+    margin = rt.settings.limits.invocation_margin
+    record = record_seconds(rt)
+    return bound + record + margin, (f"a send needs {bound:.0f} s, recording {record:.0f} s, "
+                                     f"plus a {margin} s margin")
 
 
 def run_batch(rt: Runtime, conn: db.Connection,
               messages: dict[str, LeaseMessage | InvalidInput], run: BatchRun,
-              seconds_left: float | None) -> None:
+              time_left: TimeLeft) -> None:
     leases: dict[str, LeaseMessage] = {}
     for message_id, message in messages.items():
         if isinstance(message, InvalidInput):
@@ -224,25 +238,28 @@ def run_batch(rt: Runtime, conn: db.Connection,
             leases[message_id] = message
     if not leases:
         return
-    bound = max(_send_seconds(rt, channel) for channel in rt.channels)
-    margin = rt.settings.limits.invocation_margin
-    if seconds_left is not None and seconds_left < bound + margin:
+    needed, why = _time_needed(rt)
+    if time_left.short_of(needed):
         # Not enough time left to send and record: start nothing, every message comes back.
         for message_id in leases:
             run.failures[message_id] = Conflict(
-                f"not started: {seconds_left:.1f} s left in the invocation, a send needs "
-                f"{bound:.0f} s plus a {margin} s margin", retryable=True)
+                f"not started: {time_left.seconds():.1f} s left in the invocation, {why}",
+                retryable=True)
         return
-    db.retrying(lambda: _start(rt, conn, leases, run))
+    db.retrying(lambda: _start(rt, conn, leases, run, time_left))
     _send_all(rt, run.sends)
-    _finish(rt, conn, run)
-    _advance_ended_series(rt, conn, run)
+    _finish(rt, conn, run, time_left)
+    if not time_left.short_of(record_seconds(rt)):  # else the scanner advances them
+        _advance_ended_series(rt, conn, run)
 
 
 def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
-           run: BatchRun) -> None:
+           run: BatchRun, time_left: TimeLeft) -> None:
     """Take the leases (received); then, in one transaction, lock the rows, read them afresh,
-    decide each message and write every decision, the attempts included."""
+    decide each message and write every decision, the attempts included. Taking the leases and
+    the rows' locks may have used the invocation's time: if what is left no longer covers a
+    send and its recording, no attempt is started and those messages come back, un-attempted
+    (their leases still theirs)."""
     run.sends.clear()  # a retried transaction starts over
     run.ended.clear()
     for message_id in leases:
@@ -296,6 +313,14 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
                 "another copy of this message in the same batch acted"
                 if row["lease_token"] == message.lease_token else
                 f"message's lease is not current (delivery is {row['state']})")))
+        needed, why = _time_needed(rt)
+        if writes.starts and time_left.short_of(needed):
+            for message_id, *_ in writes.starts:
+                del decided[message_id]
+                run.failures[message_id] = Conflict(
+                    f"not started: {time_left.seconds():.1f} s left in the invocation once "
+                    f"its rows were locked, {why}", retryable=True)
+            writes.starts.clear()
         settled, started = writes.submit(conn, now)
     # Leaving the pipeline committed the writes; their results are read now.
     states = {int(r["id"]): r["state"] for r in settled.rows()} if settled else {}
@@ -352,7 +377,9 @@ def _decide(rt: Runtime, row: db.Row, message: LeaseMessage, message_id: str, no
         writes.settles.append((message_id, row, token, decision.state, decision.reason))
         writes.events.append((row, f"re-check: {decision.state}", decision.reason))
         return decision.state
-    deadline = now + timedelta(seconds=_send_seconds(rt, row["channel"]) + SETTLE_SECONDS)
+    # Recording may take a whole transaction's worst: the lease is not taken back before.
+    deadline = now + timedelta(seconds=_send_seconds(rt, row["channel"])
+                               + max(SETTLE_SECONDS, record_seconds(rt)))
     writes.starts.append((message_id, row, token, deadline))
     return "sending"
 
@@ -429,9 +456,11 @@ def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
         "retry_afters": [r.retry_after for r in results], "now": now}, settles)
 
 
-def _finish(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
+def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft) -> None:
     """Record every outcome: the attempts, then the deliveries, fenced on each send; one send
-    at a time if the batch as a whole cannot be written (a row held elsewhere)."""
+    at a time if the batch as a whole cannot be written (a row held elsewhere), each only while
+    the invocation has time left for one more statement (what is not recorded stays in flight
+    on its row, its message comes back, and the scanner settles it at its deadline)."""
     if not run.sends:
         return
     now = rt.clock.now()
@@ -443,11 +472,19 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
         states = {int(r["id"]): str(r["state"]) for r in settled.rows()}
     except Conflict:
         states = {}
+        one_statement = rt.settings.limits.statement_timeout_ms / 1000.0 + \
+            rt.settings.limits.invocation_margin
         for send, one in zip(run.sends, done.settles, strict=True):
+            if time_left.short_of(one_statement):
+                run.failures[send.message_id] = Conflict(
+                    f"outcome not recorded: {time_left.seconds():.1f} s left in the "
+                    "invocation; the scanner settles the send at its deadline", retryable=True)
+                continue
             state = _finish_alone(rt, conn, send, one, now)
             if state is not None:
                 states[int(send.row["id"])] = state
-    lost = [s for s in run.sends if int(s.row["id"]) not in states]
+    lost = [s for s in run.sends
+            if int(s.row["id"]) not in states and s.message_id not in run.failures]
     if lost:
         db.execute(conn, "events_add", {
             "tenants": [s.row["tenant"] for s in lost], "ids": [s.row["id"] for s in lost],
@@ -455,6 +492,9 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
             "details": [f"{s.result.outcome.value}: {s.result.detail}" if s.result else ""
                         for s in lost], "now": now, "actor": "consumer"})
     for send in run.sends:
+        if send.message_id in run.failures:
+            run.outcomes.pop(send.message_id, None)  # not recorded: comes back
+            continue
         state = states.get(int(send.row["id"]), "fenced")
         run.outcomes[send.message_id] = state
         if state in TERMINAL and send.row["recurring"]:

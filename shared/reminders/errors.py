@@ -23,6 +23,12 @@ class DatabaseUnavailable(RemindersError):
     """Postgres could not be reached or dropped the connection."""
 
 
+class ConnectionLost(DatabaseUnavailable):
+    """An open connection was found dropped (the server ended the session, a proxy closed it,
+    the network went). A statement it failed on may or may not have run: only work that has
+    written nothing yet may go again on a new connection."""
+
+
 class AuthenticationFailed(DatabaseUnavailable):
     """Postgres refused the credentials (a rotated password, for one)."""
 

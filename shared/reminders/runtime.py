@@ -7,16 +7,17 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from reminders import config, db
 from reminders.channels.base import Channel
 from reminders.clock import Clock, clock_from_env
-from reminders.errors import AuthenticationFailed, DatabaseUnavailable
+from reminders.errors import AuthenticationFailed, ConnectionLost
 from reminders.observability import Metrics, NoMetrics, logger
 from reminders.queue import Publisher, Queue
 from reminders.secret_box import SecretBox
 
+T = TypeVar("T")
 
 @dataclass
 class Runtime:
@@ -41,18 +42,17 @@ class Runtime:
     _used: float = 0.0
 
     def connection(self) -> db.Connection:
-        """A live connection. One that broke is replaced; one idle for longer than
-        REMINDERS_DB_IDLE_CHECK_SECONDS is checked first (RDS Proxy closes idle clients, and
+        """A live connection. One that broke is replaced; so is one the server dropped since
+        its last use, found without a round trip (:func:`db.alive`: a failover, the proxy's
+        client lifetime, ``pg_terminate_backend``); one idle for longer than
+        REMINDERS_DB_IDLE_CHECK_SECONDS is pinged first (RDS Proxy closes idle clients, and
         psycopg would only notice on the batch's first statement, failing the whole batch).
         A refused password is read again from its secret once (the secret rotates)."""
         now = time.monotonic()
         conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken and \
-                now - self._used > self.settings.limits.idle_check_seconds:
-            try:
-                db.fetch_one(conn, "ping")
-            except DatabaseUnavailable:
-                conn.close()
+        if conn is not None and not db.alive(
+                conn, ping=now - self._used > self.settings.limits.idle_check_seconds):
+            conn.close()
         if self._conn is None or self._conn.closed or self._conn.broken:
             try:
                 self._conn = self._connect()
@@ -64,6 +64,23 @@ class Runtime:
                 self._conn = self._connect()
         self._used = time.monotonic()
         return self._conn
+
+    def opening(self, work: Callable[[db.Connection], T]) -> tuple[db.Connection, T]:
+        """Run the opening statements of a unit of work (a batch, a tick), ones that write
+        nothing, on the process's connection. If the connection turns out to be gone there
+        (dropped after :meth:`connection` looked at it), it is replaced once and they run
+        again: nothing was written, so nothing is replayed. What follows runs on the
+        connection returned; a drop once anything may have been written fails the unit as
+        always, and the at-least-once machinery (redelivery, the lease's expiry) recovers."""
+        conn = self.connection()
+        try:
+            return conn, work(conn)
+        except ConnectionLost as exc:
+            logger.warning("connection lost before any write; reconnecting once",
+                           extra={"error": str(exc)})
+            conn.close()
+            conn = self.connection()
+            return conn, work(conn)
 
     def _connect(self) -> db.Connection:
         """A new session, checked once against the settings: it must find the service's

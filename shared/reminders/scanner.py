@@ -74,17 +74,18 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
         seconds = min(seconds, remaining() / 2000.0)
     deadline = started + seconds
     now = rt.clock.now()
-    conn = rt.connection()
     summary = TickSummary(now=iso(now))
     holder = uuid.uuid4()
     # The turn outlasts the tick's own budget by the publish's settling and the steps after
     # the drain; a scanner that died holding it frees it by then.
     until = now + timedelta(seconds=seconds + TURN_MARGIN_SECONDS)
     try:
-        taken = db.fetch_one(conn, "scanner_turn_take",
-                             {"holder": holder, "until": until, "now": now})
+        # Taking the turn again with the same token changes nothing: a connection found gone
+        # here (the take committed or not) is replaced once and the tick goes on.
+        conn, taken = rt.opening(lambda c: db.fetch_one(
+            c, "scanner_turn_take", {"holder": holder, "until": until, "now": now}))
     except Conflict as exc:  # another scanner held the turn's row past the lock timeout
-        taken, why = None, f"another scanner is running: {exc}"
+        conn, taken, why = rt.connection(), None, f"another scanner is running: {exc}"
     else:
         why = "another scanner is running"
     if taken is None:

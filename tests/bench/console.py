@@ -80,9 +80,8 @@ class Server:
         from reminders.local import stack
 
         ctx = ConsoleContext(
-            connect=lambda: db.connect(url, application_name="reminders-console",
-                                       statement_timeout_ms=60_000),
-            now=lambda: NOW, queues=lambda: {}, actor="bench")
+            connect=lambda: db.connect(url, application_name="reminders-console"),
+            now=lambda: NOW, queues=lambda: {}, actor="bench", read_timeout_ms=60_000)
         self.port = stack.free_port()
         config = uvicorn.Config(create_app(ctx), host="127.0.0.1", port=self.port,
                                 log_level="warning", access_log=False)

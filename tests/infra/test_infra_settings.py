@@ -178,28 +178,38 @@ def test_scan_seconds_follow_the_scanner_timeout(
 
 
 def test_the_consumer_timeout_needs_a_send_a_margin_and_time_to_settle() -> None:
-    # 15 s send + 5 s margin + 10 s to record the outcomes
-    assert _settings().consumer_time_needed_seconds == 30
-    assert _settings(consumerTimeoutSeconds="30").consumer_timeout_seconds == 30
-    settings = _settings(sendTimeoutSeconds="40", consumerTimeoutSeconds="60")
-    assert settings.consumer_time_needed_seconds == 55
+    # 15 s send + 5 s margin + 35 s to record the outcomes (a 5 s borrow, a 30 s statement)
+    assert _settings().consumer_time_needed_seconds == 55
+    assert _settings(consumerTimeoutSeconds="55").consumer_timeout_seconds == 55
+    settings = _settings(sendTimeoutSeconds="40", consumerTimeoutSeconds="80")
+    assert settings.consumer_time_needed_seconds == 80
+    # a webhook's shorter deadline leaves e-mail's and SMS's 15 s; a shorter statement
+    # timeout leaves the 10 s floor
+    settings = _settings(sendTimeoutSeconds="5", dbStatementTimeoutMs="2000")
+    assert settings.consumer_time_needed_seconds == 15 + 5 + 10
 
 
 @pytest.mark.parametrize(
     ("context", "message"),
     [
         (
-            {"consumerTimeoutSeconds": "29"},
-            r"consumerTimeoutSeconds must be at least 30 \(sendTimeoutSeconds 15 \+ "
-            r"invocationMarginSeconds 5 \+ 10 s to record the outcomes\), got 29",
+            {"consumerTimeoutSeconds": "54"},
+            r"consumerTimeoutSeconds must be at least 55 \(a send's 15 s: sendTimeoutSeconds "
+            r"15, at least 15; \+ invocationMarginSeconds 5 \+ 35 s to record the outcomes: "
+            r"the proxy's 5 s borrow timeout and dbStatementTimeoutMs 30000, at least 10\), "
+            r"got 54",
         ),
         (
             {"sendTimeoutSeconds": "50"},
-            "consumerTimeoutSeconds must be at least 65 .*sendTimeoutSeconds 50",
+            "consumerTimeoutSeconds must be at least 90 .*sendTimeoutSeconds 50",
+        ),
+        (
+            {"dbStatementTimeoutMs": "40000"},
+            "consumerTimeoutSeconds must be at least 65 .*dbStatementTimeoutMs 40000",
         ),
         (
             {"invocationMarginSeconds": "46"},
-            "consumerTimeoutSeconds must be at least 71 .*invocationMarginSeconds 46",
+            "consumerTimeoutSeconds must be at least 96 .*invocationMarginSeconds 46",
         ),
         ({"consumerBatchSize": "501"}, "consumerBatchSize must be between 1 and 500, got 501"),
         ({"consumerBatchSize": "0"}, "consumerBatchSize must be between 1 and 500, got 0"),
@@ -253,7 +263,7 @@ def test_throughput_settings_that_disagree_fail_synth(
 
 
 def test_a_bad_throughput_setting_stops_the_app_before_anything_is_built() -> None:
-    with pytest.raises(SettingsError, match="consumerTimeoutSeconds must be at least 30"):
+    with pytest.raises(SettingsError, match="consumerTimeoutSeconds must be at least 55"):
         build_app(context={"consumerTimeoutSeconds": "20"})
 
 

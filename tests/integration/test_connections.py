@@ -1,10 +1,12 @@
-"""The service's connections over months: a connection the proxy closed while idle, and a
-password the secret rotated while a function stayed warm, cost no batch."""
+"""The service's connections over months: a connection the proxy closed while idle, one
+dropped between two batches however recently it was used, and a password the secret rotated
+while a function stayed warm, cost no batch; a drop once a batch may have written fails it
+safely, never replaying what may have committed."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -12,11 +14,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reminders import aws, consumer, runtime
+from reminders import aws, consumer, db, redrive, runtime, scanner
+from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
-from tests.conftest import Harness
+from tests.conftest import Harness, PgCluster
+from tests.faults import drop
 from tests.integration.pipeline_helpers import (
+    attempts,
     delivery,
+    effects,
     event_for,
     schedule_webhook,
     take_messages,
@@ -32,50 +38,169 @@ def test_a_connection_closed_while_idle_costs_no_batch(harness: Harness) -> None
     tick(h)
     messages = take_messages(h)
     pid = h.rt.connection().info.backend_pid
-    h.conn.execute("select pg_terminate_backend(%s)", (pid,))  # the proxy's idle timeout
+    drop(h.rt.connection())  # the proxy's idle client timeout
     answer = consumer.process_batch(event_for(h, messages), h.rt)
     assert answer == {"batchItemFailures": []}
     assert delivery(h, key)["state"] == "sent"
     assert h.rt.connection().info.backend_pid != pid
 
 
+def _warm(h: Harness) -> int:
+    """The runtime's connection as a warm function keeps it, well inside the idle window (no
+    ping before the next batch): its backend's pid."""
+    h.rt.settings = replace(h.rt.settings,
+                            limits=replace(h.rt.settings.limits, idle_check_seconds=3600))
+    return h.rt.connection().info.backend_pid
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_consumer_batch(
+        harness: Harness) -> None:
+    h = harness
+    keys = schedule_webhook(h, "dropped", recipients=[f"r{i}" for i in range(10)])
+    tick(h)
+    messages = take_messages(h)
+    assert len(messages) == 10
+    pid = _warm(h)
+    drop(h.rt.connection())
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert answer == {"batchItemFailures": []}
+    assert {k: delivery(h, k)["state"] for k in keys} == {k: "sent" for k in keys}
+    assert effects(h) == {k: 1 for k in keys}
+    assert h.rt.connection().info.backend_pid != pid
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_scanner_tick(
+        harness: Harness) -> None:
+    h = harness
+    keys = schedule_webhook(h, "tick", recipients=["amy", "ben"])
+    pid = _warm(h)
+    drop(h.rt.connection())
+    summary = scanner.tick(h.rt)
+    assert (summary.leased, summary.published, summary.skipped) == (2, 2, None)
+    assert len(take_messages(h)) == 2
+    assert all(delivery(h, k)["state"] == "scheduled" for k in keys)  # leases pending
+    assert h.rt.connection().info.backend_pid != pid  # the dropped one was replaced
+
+
+def test_a_connection_dropped_within_the_idle_window_costs_no_redrive_batch(
+        harness: Harness) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, "redrive")
+    tick(h)
+    messages = take_messages(h)  # dead-lettered, as maxReceiveCount failures would
+    pid = _warm(h)
+    drop(h.rt.connection())
+    answer = redrive.process_batch(event_for(h, messages), h.rt)
+    assert answer == {"batchItemFailures": []}
+    row = delivery(h, key)
+    assert (row["state"], row["redrives"]) == ("scheduled", 1)  # replayed: due again
+    assert h.rt.connection().info.backend_pid != pid  # the dropped one was replaced
+
+
+def _drop_before(h: Harness, statement: str) -> Callable[[str], None]:
+    """A hook that drops the runtime's connection just before its first ``statement``: after
+    the batch took the connection, so only the statement finds it gone."""
+
+    def hook(name: str) -> None:
+        if name == statement:
+            db.before_statement = None
+            conn = h.rt._conn
+            assert conn is not None
+            drop(conn)
+
+    return hook
+
+
+@pytest.mark.parametrize("where", ["scanner", "redrive"])
+def test_a_drop_found_by_the_first_statement_before_any_write_costs_nothing(
+        harness: Harness, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    h = harness
+    (key,) = schedule_webhook(h, f"first-{where}")
+    pid = _warm(h)
+    if where == "scanner":
+        monkeypatch.setattr(db, "before_statement", _drop_before(h, "scanner_turn_take"))
+        summary = scanner.tick(h.rt)
+        assert (summary.leased, summary.published) == (1, 1)
+    else:
+        tick(h)
+        messages = take_messages(h)
+        monkeypatch.setattr(db, "before_statement", _drop_before(h, "recheck_load"))
+        assert redrive.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+        assert delivery(h, key)["redrives"] == 1
+    assert db.before_statement is None  # the hook ran: the drop happened
+    assert h.rt.connection().info.backend_pid != pid
+
+
+def test_a_drop_once_the_consumer_may_have_written_fails_the_batch_and_replays_nothing(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's first write is marking its leases received, and a drop on it may come after
+    it committed; a drop after the sends, before their outcomes are recorded, leaves sends
+    that happened. Neither is run again on a new connection: the messages come back, and the
+    rows say what happened (a send in flight is never started twice)."""
+    h = harness
+    first = schedule_webhook(h, "first-write", recipients=["amy", "ben"])
+    tick(h)
+    messages = take_messages(h)
+    _warm(h)
+    monkeypatch.setattr(db, "before_statement", _drop_before(h, "deliveries_take_leases"))
+    with pytest.raises(DatabaseUnavailable):  # nothing done: an invocation error
+        consumer.process_batch(event_for(h, messages), h.rt)
+    assert db.before_statement is None
+    assert effects(h) == {} and all(attempts(h, k) == [] for k in first)
+
+    later = schedule_webhook(h, "mid-batch", recipients=["cy", "di"])
+    tick(h)
+    messages = take_messages(h)
+    monkeypatch.setattr(db, "before_statement", _drop_before(h, "attempts_finish"))
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert db.before_statement is None
+    assert sorted(f["itemIdentifier"] for f in answer["batchItemFailures"]) == sorted(
+        m["MessageId"] for m in messages)  # all come back: their outcomes are not recorded
+    assert effects(h) == {k: 1 for k in later}
+    for key in later:  # one attempt each, still open: the outcome was not written twice
+        (attempt,) = attempts(h, key)
+        assert attempt["outcome"] is None
+        assert delivery(h, key)["send_attempt"] is not None
+    # Redelivered, the messages find their sends in flight and start nothing.
+    assert consumer.process_batch(event_for(h, messages), h.rt) == {"batchItemFailures": []}
+    assert effects(h) == {k: 1 for k in later}
+    assert all(len(attempts(h, k)) == 1 for k in later)
+
+
 @pytest.fixture
-def password_role(pg_server: str, database_url: str) -> Iterator[tuple[str, str]]:
-    """A role that must give its password (the test server trusts everyone else); and where the
-    server's socket is (it listens on no TCP port)."""
-    with psycopg.connect(pg_server, autocommit=True) as admin:
-        hba = admin.execute("show hba_file").fetchone()[0]  # type: ignore[index]
+def password_role(pg_cluster: PgCluster, database_url: str) -> Iterator[tuple[str, str, int]]:
+    """A role that gives its password, as every login does through the pooler (only the
+    embedded server's own superuser is trusted), with the service's role settings in the
+    test's database; and where the pooler listens."""
+    params = psycopg.conninfo.conninfo_to_dict(database_url)
+    direct = psycopg.conninfo.make_conninfo(pg_cluster.direct, dbname=str(params["dbname"]))
+    with db.connect(pg_cluster.direct) as admin:
         admin.execute("drop role if exists rotated")
         admin.execute("create role rotated login superuser password 'first'")
-        with open(hba) as current:
-            original = current.read()
-        with open(hba, "w") as out:
-            out.write("local all rotated scram-sha-256\n" + original)
-        admin.execute("select pg_reload_conf()")
-        socket_dir = str(psycopg.conninfo.conninfo_to_dict(pg_server)["host"])
-        try:
-            yield "rotated", socket_dir
-        finally:
-            with open(hba, "w") as out:
-                out.write(original)
-            admin.execute("select pg_reload_conf()")
-            admin.execute(sql.SQL("reassign owned by rotated to current_user"))
-            admin.execute("drop owned by rotated")
+    with db.connect(direct) as in_db:
+        db.configure_login(in_db, db.SessionDefaults(schema="reminders"), "rotated")
+    try:
+        yield "rotated", str(params["host"]), int(str(params["port"]))
+    finally:
+        with db.connect(direct) as in_db:
+            in_db.execute(sql.SQL("reassign owned by rotated to current_user"))
+            in_db.execute("drop owned by rotated")
+        with db.connect(pg_cluster.direct) as admin:
             admin.execute("drop role rotated")
 
 
 def test_a_rotated_password_is_read_again_from_the_secret(
         harness: Harness, database_url: str, moto_endpoint: str,
-        password_role: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+        password_role: tuple[str, str, int], monkeypatch: pytest.MonkeyPatch) -> None:
     h = harness
-    role, socket_dir = password_role
+    role, host, port = password_role
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     aws.client.cache_clear()
     sm = stack.aws_client("secretsmanager", moto_endpoint)
     arn = sm.create_secret(Name=f"db-{id(h)}", SecretString=json.dumps(
         {"username": role, "password": "first"}))["ARN"]
     name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
-    env = {"REMINDERS_DB_HOST": socket_dir,
+    env = {"REMINDERS_DB_HOST": host, "REMINDERS_DB_PORT": str(port),
            "REMINDERS_DB_SECRET_ARN": arn, "REMINDERS_DB_NAME": str(name),
            "REMINDERS_DB_SSLMODE": "disable", "REMINDERS_DB_IDLE_CHECK_SECONDS": "0",
            **{k: v for k, v in stack.AWS_TEST_ENV.items()},
@@ -84,7 +209,7 @@ def test_a_rotated_password_is_read_again_from_the_secret(
            "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"}
     warm = runtime.from_env(env, clock=h.clock)
     assert warm.database_url_source is not None
-    first_pid = warm.connection().info.backend_pid
+    warm.connection()
     (key,) = schedule_webhook(h, "rotated")
     tick(h)
     messages = take_messages(h)
@@ -93,7 +218,7 @@ def test_a_rotated_password_is_read_again_from_the_secret(
     h.conn.execute("alter role rotated password 'second'")
     sm.put_secret_value(SecretId=arn, SecretString=json.dumps(
         {"username": role, "password": "second"}))
-    h.conn.execute("select pg_terminate_backend(%s)", (first_pid,))
+    drop(warm.connection())
     answer: Any = consumer.process_batch(event_for(h, messages), warm)
     assert answer == {"batchItemFailures": []}
     assert delivery(h, key)["state"] == "sent"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -35,6 +34,7 @@ from reminders import consumer, db, redrive, scanner, schedules
 from reminders.errors import Conflict
 from reminders.invariants import violations
 from tests.conftest import Harness
+from tests.faults import labelled, waits_on_a_lock
 from tests.integration.pipeline_helpers import (
     bodies,
     delivery,
@@ -51,16 +51,10 @@ from tests.integration.pipeline_helpers import (
 LEASE = {"batch": 100, "share": 100, "lease_seconds": 300}
 
 
-def _waits_on_a_lock(h: Harness, thread: threading.Thread, pid: int) -> bool:
-    """True once the session ``pid`` waits on a lock (bounded), False if the thread ended."""
-    deadline = time.monotonic() + 10
-    while thread.is_alive() and time.monotonic() < deadline:
-        row = h.conn.execute("select wait_event_type from pg_stat_activity where pid = %s",
-                             (pid,)).fetchone()
-        if row and row["wait_event_type"] == "Lock":
-            return True
-        thread.join(0.01)
-    return False
+def _waits_on_a_lock(h: Harness, thread: threading.Thread, label: str) -> bool:
+    """True once the session ``label`` names waits on a lock (bounded), False if the thread
+    ended."""
+    return waits_on_a_lock(h.conn, label, thread.is_alive)
 
 
 def _run_into(h: Harness, holder: db.Connection,
@@ -68,8 +62,7 @@ def _run_into(h: Harness, holder: db.Connection,
     """Run ``change`` on an application connection of its own while ``holder``'s transaction
     is open; check it waits on a lock ``holder`` holds, then commit ``holder`` and let it end."""
     errors: list[BaseException] = []
-    app = db.connect(h.rt.settings.database_url)
-    pid = app.info.backend_pid
+    app, label = labelled(h.rt.settings.database_url)
 
     def go() -> None:
         try:
@@ -80,7 +73,8 @@ def _run_into(h: Harness, holder: db.Connection,
     thread = threading.Thread(target=go)
     thread.start()
     try:
-        assert _waits_on_a_lock(h, thread, pid), "the change never waited on the open transaction"
+        assert _waits_on_a_lock(h, thread, label), \
+            "the change never waited on the open transaction"
         holder.execute("commit")
         thread.join(15)
         assert not thread.is_alive() and errors == []
@@ -292,8 +286,8 @@ def test_a_take_waiting_on_a_reclaim_and_a_cancel_waiting_on_the_take_do_not_dea
     (lease,) = [(int(b["delivery_id"]), b["lease_token"]) for b in bodies(messages)]
     after = h.clock.now() + timedelta(seconds=301)
     reclaim_conn = db.connect(h.rt.settings.database_url)
-    take_conn = db.connect(h.rt.settings.database_url)
-    cancel_conn = db.connect(h.rt.settings.database_url)
+    take_conn, take_label = labelled(h.rt.settings.database_url)
+    cancel_conn, cancel_label = labelled(h.rt.settings.database_url)
     taken: list[int] = []
     errors: list[BaseException] = []
 
@@ -316,10 +310,10 @@ def test_a_take_waiting_on_a_reclaim_and_a_cancel_waiting_on_the_take_do_not_dea
             "now": after, "lease_seconds": 300, "limit": 100})) == 1
         taker = threading.Thread(target=take)
         taker.start()
-        assert _waits_on_a_lock(h, taker, take_conn.info.backend_pid)
+        assert _waits_on_a_lock(h, taker, take_label)
         canceller = threading.Thread(target=cancel)
         canceller.start()
-        assert _waits_on_a_lock(h, canceller, cancel_conn.info.backend_pid)
+        assert _waits_on_a_lock(h, canceller, cancel_label)
         reclaim_conn.execute("commit")
         taker.join(15)
         canceller.join(15)

@@ -19,7 +19,8 @@ from reminders.clock import FixedClock
 from reminders.errors import Conflict, InvalidInput
 from reminders.invariants import violations
 from reminders.recurrence import Recurrence
-from tests.conftest import Harness, make_runtime
+from tests.conftest import Harness, PgCluster, make_runtime
+from tests.faults import drop
 from tests.integration.pipeline_helpers import (
     attempts,
     delivery,
@@ -44,9 +45,14 @@ def _urls(h: Harness) -> Any:
     return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
 
 
-def _runtime(h: Harness, database_url: str, **limits: int) -> None:
+def _runtime(h: Harness, database_url: str, cluster: PgCluster | None = None,
+             **limits: int) -> None:
+    """The harness's runtime with other limits; ``cluster``: its session limits (the lock and
+    statement timeouts) become the login's role settings, as the migrator writes them."""
     h.rt.close()
     h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, **limits)
+    if cluster is not None:
+        cluster.configure(database_url, h.rt.session_defaults)
 
 
 def test_a_consumer_outage_of_many_leases_parks_nothing_dead(harness: Harness,
@@ -275,6 +281,43 @@ def test_too_little_invocation_time_starts_no_send(harness: Harness) -> None:
     assert all(attempts(h, k) == [] for k in keys) and effects(h) == {}
 
 
+class _Invocation:
+    """A Lambda context whose remaining time the test sets as the batch goes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.seconds * 1000)
+
+
+def test_time_spent_taking_the_rows_starts_no_send_it_could_not_record(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The time left is checked again once the rows are locked, before any attempt is
+    started: a batch whose invocation time ran out while it waited for its rows sends nothing,
+    and its messages come back un-attempted, their leases still theirs, to be sent when they
+    come back."""
+    h = harness
+    keys = schedule_webhook(h, "late-lock", recipients=["a", "b"])
+    tick(h)
+    messages = take_messages(h)
+    invocation = _Invocation(55.0)  # enough to start
+
+    def rows_held_long(name: str) -> None:
+        if name == "deliveries_lock":
+            invocation.seconds = 20.0  # a send (15 s) fits, recording it (35 s) does not
+
+    monkeypatch.setattr(db, "before_statement", rows_held_long)
+    answer = consumer.process_batch(event_for(h, messages), h.rt, invocation)
+    monkeypatch.setattr(db, "before_statement", None)
+    assert len(answer["batchItemFailures"]) == 2
+    assert all(attempts(h, k) == [] for k in keys) and effects(h) == {}
+    assert all(delivery(h, k)["state"] == "leased" for k in keys)
+    again = consumer.process_batch(event_for(h, messages), h.rt, _Invocation(55.0))
+    assert again == {"batchItemFailures": []}
+    assert effects(h) == {k: 1 for k in keys}
+
+
 def test_racing_scanners_never_overshoot_the_in_flight_budget(harness: Harness,
                                                               database_url: str) -> None:
     """Item 12: the queue depth is read under the scanner's turn."""
@@ -330,10 +373,10 @@ def test_a_deadlock_is_a_retryable_conflict_not_a_database_outage(database_url: 
 
 
 def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
-        harness: Harness, database_url: str) -> None:
+        harness: Harness, database_url: str, pg_cluster: PgCluster) -> None:
     """Item 14: bounded lock waits; the blocked message fails alone and comes back."""
     h = harness
-    _runtime(h, database_url, db_lock_timeout_ms=500)
+    _runtime(h, database_url, pg_cluster, db_lock_timeout_ms=500)
     (blocked,) = schedule_webhook(h, "held")
     (free,) = schedule_webhook(h, "free", recipients=["bob"])
     tick(h)
@@ -359,8 +402,9 @@ def test_a_row_held_by_an_open_application_transaction_fails_only_its_message(
 
 @pytest.mark.resends_allowed
 def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) -> None:
-    """pg_terminate_backend while a send is out: the outcome cannot be recorded, the message
-    comes back, and the scanner settles the send after its deadline (same key resent)."""
+    """The connection dropped while a send is out (by the proxy, or a failover): the outcome
+    cannot be recorded, the message comes back, and the scanner settles the send after its
+    deadline (same key resent)."""
     h = harness
     (key,) = schedule_webhook(h, "killed")
     tick(h)
@@ -372,8 +416,9 @@ def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) 
         honours_idempotency_key = True
 
         def send(self, message: Any, now: Any) -> Any:
-            pid = h.rt.connection().info.backend_pid
-            h.conn.execute("select pg_terminate_backend(%s)", (pid,))
+            conn = h.rt._conn
+            assert conn is not None
+            drop(conn)
             return webhook.send(message, now)
 
     h.rt.channels = {**h.rt.channels, "webhook": KillsTheConnection()}
@@ -571,7 +616,7 @@ def test_a_publisher_raising_a_base_exception_leaves_no_lease_unreleased(
 
 
 def test_a_lease_an_application_is_ending_does_not_stop_a_refused_pass_going_back(
-        harness: Harness, database_url: str) -> None:
+        harness: Harness, database_url: str, pg_cluster: PgCluster) -> None:
     """An application reschedules a delivery of a refused pass in a transaction still open:
     its trigger is ending that pending lease. Handing the pass back skips that lease instead of
     waiting for it (invariant 7: one held row never fails the rest): the pass's other leases
@@ -581,7 +626,8 @@ def test_a_lease_an_application_is_ending_does_not_stop_a_refused_pass_going_bac
 
     h = harness
     # A short lock wait: waiting for the held lease would fail the tick with Conflict.
-    _runtime(h, database_url, scan_batch=10, inflight_budget=1000, db_lock_timeout_ms=300)
+    _runtime(h, database_url, pg_cluster, scan_batch=10, inflight_budget=1000,
+             db_lock_timeout_ms=300)
     keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(20)])
     app = psycopg.connect(database_url, autocommit=False)
     publish = h.rt.deliveries.publish

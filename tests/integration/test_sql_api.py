@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from reminders import db, scanner
 from reminders.local import pipeline
 from tests.conftest import T0, Harness, make_runtime
+from tests.faults import waits_on_a_lock
 
 _logins = itertools.count()
 SCHEDULE_EMAIL = ("select * from reminders.schedule(key => %s, recipients => %s,"
@@ -66,7 +67,8 @@ def clients(database_url: str) -> Iterator[Callable[[str | None], Client]]:
             if tenant is not None:
                 admin.execute("select reminders.grant_tenant(%s, %s)", (login, tenant))
             url = make_conninfo(database_url, user=login, password="pw")
-            conn = psycopg.connect(url, row_factory=dict_row)
+            # Named for the login: how another session finds its backend (the pooler's).
+            conn = psycopg.connect(url, row_factory=dict_row, application_name=login)
             client = Client(login, url, conn)
             made.append(client)
             return client
@@ -268,6 +270,7 @@ def test_the_sql_url_check_refuses_the_same_characters_as_the_python_check(
     # a path: refused by the SQL check exactly when the Python check refuses it.
     import unicodedata
 
+    conn.execute("begin")  # a temporary function lives as long as the pooler's transaction
     conn.execute("""
         create function pg_temp.refused(url text) returns boolean language plpgsql as $f$
         begin
@@ -537,7 +540,6 @@ def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
     holds it), a cancel waits there, holding none of the schedule's deliveries."""
     acme = clients("acme")
     acme.rows(SCHEDULE_EMAIL, ("trip-1", ["alice@example.com", "bob@example.com"], T0))
-    pid = acme.conn.info.backend_pid
     with db.connect(database_url) as holder, db.connect(database_url) as probe:
         with holder.transaction():
             holder.execute("select id from schedules where schedule_key = 'trip-1' for share")
@@ -545,14 +547,7 @@ def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
             worker = threading.Thread(
                 target=lambda: done.append(acme.rows("select reminders.cancel('trip-1') as n")))
             worker.start()
-            waiting = None
-            for _ in range(500):
-                waiting = probe.execute("select wait_event_type from pg_stat_activity"
-                                        " where pid = %s", (pid,)).fetchone()
-                if waiting and waiting["wait_event_type"] == "Lock":
-                    break
-                worker.join(0.01)
-            assert waiting == {"wait_event_type": "Lock"}
+            assert waits_on_a_lock(probe, acme.login, worker.is_alive)
             with probe.transaction():  # no delivery is held by the waiting cancel
                 held = probe.execute("select id from deliveries for update nowait").fetchall()
                 assert len(held) == 2

@@ -17,6 +17,7 @@ from reminders.errors import (
     AuthenticationFailed,
     ConfigError,
     Conflict,
+    ConnectionLost,
     DatabaseUnavailable,
     InvalidInput,
     NotFound,
@@ -56,7 +57,11 @@ def connect(url: str, *, prepare: bool = False,
             connect_timeout=10,
         )
     except psycopg.OperationalError as exc:
-        if exc.sqlstate in ("28P01", "28000") or "password authentication failed" in str(exc):
+        # Postgres says "password authentication failed"; a pooler may refuse the SCRAM
+        # exchange itself ("SASL authentication failed", with no SQLSTATE).
+        if exc.sqlstate in ("28P01", "28000") or any(
+                words in str(exc) for words in ("password authentication failed",
+                                                "SASL authentication failed")):
             raise AuthenticationFailed(f"Postgres refused the credentials: "
                                        f"{_first_line(exc)}") from exc
         raise DatabaseUnavailable(f"cannot connect to Postgres: {_first_line(exc)}") from exc
@@ -161,12 +166,58 @@ def translate_errors() -> Iterator[None]:
             psycopg.errors.NumericValueOutOfRange) as exc:
         raise InvalidInput(_constraint_message(exc)) from exc
     except psycopg.OperationalError as exc:
+        if is_disconnect(exc):
+            raise ConnectionLost(f"Postgres connection lost: {_first_line(exc)}") from exc
         raise DatabaseUnavailable(f"Postgres: {_first_line(exc)}") from exc
     except psycopg.Error as exc:
         refused = SQL_API_ERRORS.get(exc.sqlstate or "")
         if refused is None:
             raise
         raise refused(exc.diag.message_primary or _first_line(exc)) from exc
+
+
+# What a server or a proxy says as it ends a session: an administrator's or a crash's shutdown,
+# and SQLSTATE class 08 (connection exception).
+_DISCONNECT_STATES = ("57P01", "57P02", "57P03")
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Whether a psycopg error means the connection itself is gone, rather than a statement
+    failing on a live one: the session ended by the server (``pg_terminate_backend``, a
+    restart, a failover), or no SQLSTATE at all (the socket closed, the connection already
+    broken or closed)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _DISCONNECT_STATES
+
+
+def alive(conn: Connection, *, ping: bool = False) -> bool:
+    """Whether an idle connection can take the next statement. Without ``ping`` this costs no
+    round trip: a connection closed or broken is not; nor, after a ping, is one whose socket
+    has something to read while it is idle (a server ending a session sends its reason and
+    closes the socket, so a connection dropped a moment ago is found before any statement
+    goes out on it). With ``ping`` (one idle for long, which a proxy may close without a
+    word), a ping decides."""
+    if conn.closed or conn.broken:
+        return False
+    if not ping and not _readable(conn):
+        return True
+    try:
+        fetch_one(conn, "ping")
+    except DatabaseUnavailable:
+        return False
+    return True
+
+
+def _readable(conn: Connection) -> bool:
+    import select
+
+    try:
+        ready, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return True  # no socket to look at: let the ping say
+    return bool(ready)
 
 
 # The SQLSTATEs the SQL API (migration 0009) raises, as the domain errors they mean.

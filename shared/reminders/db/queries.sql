@@ -174,12 +174,13 @@ where s.id = %(schedule_id)s and s.tenant = %(tenant)s;
 -- name: scanner_turn_take
 -- Scanners take turns for a whole tick (lease, publish, count): the in-flight budget is
 -- counted and spent by one at a time. The turn is one row, taken when free or expired (its
--- holder died), so nothing lives in a session a pooler could break or pin. A turn held by a
+-- holder died), so nothing lives in a session a pooler could break or pin; taken again by the
+-- same holder (a retry after a connection was lost) it changes nothing. A turn held by a
 -- live scanner is not waited for: that tick is skipped (another scanner taking or ending the
 -- turn at this instant holds the row for a moment only; the lock timeout bounds that wait).
 update scanner_turn
 set holder = %(holder)s, held_until = %(until)s
-where id = 1 and (holder is null or held_until <= %(now)s)
+where id = 1 and (holder is null or held_until <= %(now)s or holder = %(holder)s)
 returning held_until;
 
 -- name: scanner_turn_holder

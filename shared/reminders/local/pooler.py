@@ -81,6 +81,19 @@ class Pooler:
     def stop(self) -> None:
         stop(self.pid)
 
+    def reconnect(self, direct_url: str, dbname: str) -> None:
+        """Renew the server connections of ``dbname`` (each closed once its transaction ends),
+        so sessions started from now on read role settings written since: what RDS Proxy
+        does only as it renews its connections on its own."""
+        import psycopg
+        from psycopg import pq
+
+        with psycopg.connect(self.url(direct_url, "pgbouncer"), autocommit=True) as admin:
+            result = admin.pgconn.exec_(f'RECONNECT "{dbname}"'.encode())
+            if result.status != pq.ExecStatus.COMMAND_OK:
+                raise PoolerError(f"PgBouncer refused RECONNECT {dbname}: "
+                                  f"{(result.error_message or b'').decode().strip()}")
+
 
 def _write_config(root: Path, direct_url: str, port: int) -> Path:
     host, server_port = server_socket(direct_url)
@@ -103,6 +116,8 @@ def _write_config(root: Path, direct_url: str, port: int) -> Path:
         f"auth_hba_file = {root / 'hba.conf'}",
         f"auth_file = {root / 'users.txt'}",
         f"auth_user = {user}",
+        # The admin console (database "pgbouncer"): tests renew server connections with it.
+        f"admin_users = {user}",
         "auth_query = select usename, passwd from pg_catalog.pg_shadow where usename = $1",
         "pool_mode = transaction",
         # Nothing a session sets survives its transaction, and the next transaction runs on

@@ -24,8 +24,8 @@ from reminders import db
 from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
-from reminders.local import pooler
 from reminders.errors import DatabaseUnavailable, RemindersError
+from reminders.local import pooler
 
 REGION = "us-east-1"
 SENDER = "reminders@example.com"
