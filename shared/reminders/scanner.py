@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from reminders import db
 from reminders.clock import iso
@@ -25,8 +25,20 @@ from reminders.observability import logger
 from reminders.queue import LeaseMessage, Rejected
 from reminders.runtime import Runtime
 
+T = TypeVar("T")
 # How long a turn outlasts the tick's drain budget (publish settling, the steps after it).
 TURN_MARGIN_SECONDS = 30
+# The steps after the drain (retention, counts, lateness) end this long after it: each
+# statement runs with the time left as its statement timeout, and the lateness, which the
+# alarms read, gets LATENESS_AT_LEAST_SECONDS even when the others took the time. The
+# synthesized stack allows a tick its drain plus AFTER_DRAIN_SECONDS_MAX, within the scanner's
+# timeout and the schedule's minute (tests/infra/test_infra_budgets.py).
+HOUSEKEEPING_SECONDS = 4
+LATENESS_AT_LEAST_SECONDS = 1.0
+AFTER_DRAIN_SECONDS_MAX = HOUSEKEEPING_SECONDS + LATENESS_AT_LEAST_SECONDS
+# The steps before the drain (series advance, first occurrences) take this share of the
+# drain's time at most, so leasing due work is never starved by them.
+BEFORE_DRAIN_SHARE = 0.25
 OVERDUE_COUNT_CAP = 1_000
 MAX_PASSES = 100_000  # a tick's passes at most, whatever its time allows
 # Counter rows (delivery_counts, one per group and backend that wrote it) folded a tick at most.
@@ -53,10 +65,10 @@ class TickSummary:
     published: int = 0
     released: int = 0
     poisoned: int = 0  # of the reclaimed: parked dead as poison messages
-    oldest_overdue_seconds: float = 0.0  # paused tenants apart
+    oldest_overdue_seconds: float | None = 0.0  # paused tenants apart; None: not measured
     overdue: int = 0  # counted up to OVERDUE_COUNT_CAP
     passes: int = 0   # lease-and-publish passes this tick
-    paused_overdue_seconds: float = 0.0  # the oldest due delivery of a paused tenant
+    paused_overdue_seconds: float | None = 0.0  # the oldest due delivery of a paused tenant
     purged: int = 0   # terminal deliveries past their kind's retention removed this tick
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
@@ -103,8 +115,10 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
     for state, metric in PARKED_METRICS.items():
         if summary.reclaimed.get(state):
             rt.metrics.put(metric, summary.reclaimed[state])
-    rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
-    rt.metrics.put("PausedOldestOverdueSeconds", summary.paused_overdue_seconds, "Seconds")
+    if summary.oldest_overdue_seconds is not None:
+        rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
+    if summary.paused_overdue_seconds is not None:
+        rt.metrics.put("PausedOldestOverdueSeconds", summary.paused_overdue_seconds, "Seconds")
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
     rt.metrics.put("RetentionPurged", summary.purged)
@@ -134,21 +148,53 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     for row in [*db.retrying(reclaim), *db.retrying(reclaim_pending)]:
         summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
         summary.poisoned += row["state"] == "dead" and not row["tried"]
-    advance_series(rt, conn, now, summary)
-    materialise_first(rt, conn, now, summary)
+    started = time.monotonic()
+    before = min(deadline, started + max(1.0, (deadline - started) * BEFORE_DRAIN_SHARE))
+    if time.monotonic() < before:
+        advance_series(rt, conn, now, summary, before)
+    if time.monotonic() < before:
+        materialise_first(rt, conn, now, summary, before)
 
     drain(rt, conn, summary, queued, deadline)
-    if time.monotonic() < deadline:  # housekeeping only with time left over
-        purged = db.fetch_one(conn, "retention_purge", {
-            "now": now, "limit": limits.retention_batch}) or {}
-        summary.purged = int(purged.get("deliveries") or 0)
-    fold_counts(conn)
-    # Lateness as it stands when the tick ends (a drain may have taken most of a minute).
-    overdue = db.fetch_one(conn, "oldest_overdue", {
-        "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}) or {}
+    ends = max(time.monotonic(), deadline) + HOUSEKEEPING_SECONDS
+    if time.monotonic() < deadline:  # retention only with drain time left over
+        purged = _bounded(conn, ends, lambda: db.fetch_one(conn, "retention_purge", {
+            "now": now, "limit": limits.retention_batch}))
+        summary.purged = int((purged or {}).get("deliveries") or 0)
+    if time.monotonic() < ends:  # its statements wait on no one (autocommit, SKIP LOCKED)
+        fold_counts(conn)
+    # Lateness as it stands when the tick ends (a drain may have taken most of a minute); the
+    # alarms read it, so it is measured even when the other steps took the time (within a
+    # second more at most). Not measured (None, and no metric), it is never reported as 0.
+    overdue = _bounded(conn, ends, lambda: db.fetch_one(conn, "oldest_overdue", {
+        "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}), at_least=LATENESS_AT_LEAST_SECONDS)
+    if overdue is None:
+        summary.oldest_overdue_seconds = summary.paused_overdue_seconds = None
+        return
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
+
+
+def _bounded(conn: db.Connection, ends: float, work: Callable[[], T], *,
+             at_least: float = 0.0) -> T | None:
+    """Run ``work`` in a transaction whose statements time out when the tick's time is up
+    (``ends``, ``time.monotonic``; no less than ``at_least`` seconds): None, logged, when it
+    did not fit. SET LOCAL: nothing outlives the transaction, so no proxy connection pins."""
+    left = max(ends - time.monotonic(), at_least)
+    if left <= 0.05:
+        logger.warning("scanner step skipped: the tick's time is spent")
+        return None
+    try:
+        with db.transaction(conn):
+            db.execute(conn, "transaction_statement_timeout", {"value": f"{int(left * 1000)}ms"})
+            return work()
+    except Conflict as exc:
+        if exc.retryable:
+            raise
+        logger.warning("scanner step stopped: the tick's time is spent",
+                       extra={"error": str(exc)})
+        return None
 
 
 def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
@@ -304,18 +350,21 @@ def fold_counts(conn: db.Connection) -> int:
 
 
 def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
-                   summary: TickSummary) -> None:
-    """Series whose delivery ended and whose next occurrence is not made yet (bounded)."""
+                   summary: TickSummary, deadline: float | None = None) -> None:
+    """Series whose delivery ended and whose next occurrence is not made yet (bounded in count,
+    and in time by ``deadline``, ``time.monotonic``)."""
     from reminders.series import advance_flagged
 
     rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
-    summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner")
+    summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner",
+                                                               deadline=deadline)
 
 
 def materialise_first(rt: Runtime, conn: db.Connection, now: datetime,
-                      summary: TickSummary) -> None:
-    """Recurring schedules recorded through SQL get their first occurrence (bounded)."""
+                      summary: TickSummary, deadline: float | None = None) -> None:
+    """Recurring schedules recorded through SQL get their first occurrence (bounded in count,
+    and in time by ``deadline``, ``time.monotonic``)."""
     from reminders.series import materialise_first as first
 
     summary.first_materialised, summary.first_failed = db.retrying(
-        lambda: first(conn, rt.settings.limits.first_batch, now))
+        lambda: first(conn, rt.settings.limits.first_batch, now, deadline))

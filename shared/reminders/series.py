@@ -8,6 +8,7 @@ newest one still inside the kind's staleness window is sent; older ones are reco
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 from reminders import db
@@ -87,13 +88,16 @@ def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, r
 
 
 def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
-                    actor: str) -> tuple[int, int]:
+                    actor: str, deadline: float | None = None) -> tuple[int, int]:
     """Advance the series of deliveries flagged ``advance_series`` (rows with id, tenant,
     schedule_id, recipient, occurrence_at), each in its own transaction: the schedule's share
     lock first, then the deliveries, as everywhere. A series that cannot advance parks its
-    delivery's flag with the reason; the others go on. Returns (advanced, failed)."""
+    delivery's flag with the reason; the others go on. Past ``deadline`` (``time.monotonic``)
+    the rest keep their flags for the next pass. Returns (advanced, failed)."""
     advanced = failed = 0
     for row in rows:
+        if deadline is not None and time.monotonic() >= deadline:
+            break
         ref = {"id": row["id"], "tenant": row["tenant"]}
         try:
             with db.transaction(conn):
@@ -118,15 +122,19 @@ def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
     return advanced, failed
 
 
-def materialise_first(conn: db.Connection, limit: int, now: datetime) -> tuple[int, int]:
+def materialise_first(conn: db.Connection, limit: int, now: datetime,
+                      deadline: float | None = None) -> tuple[int, int]:
     """The first occurrence of recurring schedules recorded through the SQL API, whose callers
     could not expand the rule: at most ``limit`` schedules, read off their partial index, in
     one transaction that locks each schedule before its deliveries are made. A rule this
     service cannot expand ends its schedule with the reason in ``problem`` (visible to the
-    application in ``my_schedules``); the others go on. Returns (materialised, failed)."""
+    application in ``my_schedules``); the others go on. Past ``deadline``
+    (``time.monotonic``) the rest wait for the next tick. Returns (materialised, failed)."""
     done = failed = 0
     with db.transaction(conn):
         for row in db.fetch_all(conn, "schedules_pending_first", {"limit": limit}):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             ref = {"id": row["id"], "tenant": row["tenant"], "now": now}
             try:
                 first = first_due(recurrence_of(row), now)

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import App
 
 from infra.settings import SCANNER_TICK_MARGIN_SECONDS, Settings, SettingsError
-from reminders import consumer
+from reminders import consumer, scanner
 from tests.infra.synth import Synthesized
 
 
@@ -85,6 +85,12 @@ def worst_case_violations(synth: Synthesized) -> list[str]:
     if scan > scanner_timeout / 2:
         found.append(f"the tick drains {scan} s, more than half its timeout {scanner_timeout}")
     return found
+
+
+def test_the_scanner_ends_its_steps_after_the_drain_within_the_stack_s_margin() -> None:
+    """What the tick does after draining (retention, counts, the lateness the alarms read) is
+    cut off by statement timeouts within the margin synth gives a tick beyond its drain."""
+    assert scanner.AFTER_DRAIN_SECONDS_MAX <= SCANNER_TICK_MARGIN_SECONDS
 
 
 def test_the_default_stack_budgets_agree(default: Synthesized) -> None:

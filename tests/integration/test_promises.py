@@ -762,3 +762,33 @@ def test_the_same_reschedule_twice_changes_nothing_the_second_time(harness: Harn
     assert h.conn.execute("select generation from schedules where schedule_key = 'moved'"
                           ).fetchone() == {"generation": 1}
     assert h.conn.execute("select count(*) as n from deliveries").fetchone() == {"n": 2}
+
+
+def test_the_steps_after_the_drain_end_with_the_tick_s_time(
+        harness: Harness, database_url: str) -> None:
+    """A tick never outlives its time: the lateness read after the drain, blocked (here by a
+    session holding the due set whole), is cut off at the tick's end, not left to the lock
+    timeout, and reported as not measured (never as 0) instead of failing the tick."""
+    h = harness
+    _runtime(h, database_url, scan_seconds=1)
+    schedule_webhook(h, "budget")
+    blocker = db.connect(database_url)
+    held: list[bool] = []
+
+    def hold_the_due_set(name: str) -> None:
+        if name == "oldest_overdue" and not held:
+            held.append(True)
+            blocker.execute("begin")
+            blocker.execute("lock table due_queue in access exclusive mode")
+
+    db.before_statement = hold_the_due_set
+    try:
+        summary = scanner.tick(h.rt)
+    finally:
+        db.before_statement = None
+        blocker.execute("rollback")
+        blocker.close()
+    assert held == [True]
+    assert (summary.leased, summary.published) == (1, 1)
+    assert summary.oldest_overdue_seconds is None and summary.skipped is None
+    assert scanner.tick(h.rt).oldest_overdue_seconds == 0.0  # measured again next tick
