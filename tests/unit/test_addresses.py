@@ -42,6 +42,8 @@ def resolver(*addresses: str) -> Resolver:
         ("::", "unspecified"),
         ("fe80::1", "link-local"),
         ("fd12:3456::1", "private"),
+        ("fec0::1", "site-local (deprecated private IPv6)"),
+        ("feff:ffff::1", "site-local (deprecated private IPv6)"),
         ("ff02::1", "multicast"),
         ("::ffff:10.0.0.5", "an IPv4-mapped form of a private address"),
         ("::ffff:169.254.169.254", "an IPv4-mapped form of a link-local address"),

@@ -148,6 +148,10 @@ def refusal_reason(address: IPAddress) -> str | None:
         return "loopback"
     if address.is_link_local:
         return "link-local"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        # fec0::/10, deprecated (RFC 3879) yet routed inside some networks: Python counts it
+        # global, so it is refused with the private ranges by name.
+        return "site-local (deprecated private IPv6)"
     if address.is_multicast:
         return "multicast"
     if address.is_reserved:
