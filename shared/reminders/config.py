@@ -45,7 +45,7 @@ KNOWN_VARIABLES: dict[str, str] = {
         "REMINDERS_PARKING_QUEUE_URL", "REMINDERS_DB_PREPARE", "REMINDERS_WEBHOOK_ALLOW",
         "REMINDERS_EMAIL_SENDER", "REMINDERS_WEBHOOK_CONNECT_TIMEOUT",
         "REMINDERS_WEBHOOK_READ_TIMEOUT", "REMINDERS_SEND_TIMEOUT", "REMINDERS_SECRETS_KEY_ID",
-        "REMINDERS_PUBLISHER_FUNCTION"), _CONFIG),
+        "REMINDERS_PUBLISHER_FUNCTION", "REMINDERS_REFILL_PATIENCE_SECONDS"), _CONFIG),
     "REMINDERS_NOW": "shared/reminders/clock.py",
     "REMINDERS_ACTOR": "shared/reminders/operator.py",
     "REMINDERS_STS_ENDPOINT": "shared/reminders/ops.py",
@@ -79,6 +79,10 @@ class Limits:
     retention_batch: int = 1000    # terminal deliveries past retention removed per tick at most
     idle_check_seconds: int = 60   # a connection idle this long is checked before it is used
     first_batch: int = 100         # recurring schedules recorded through SQL expanded per tick
+    # A tick whose in-flight budget is full, or that found nothing due with work falling due
+    # before its end, waits for room or for that work, and ends once nothing went out for this
+    # long (0: it ends at once).
+    refill_patience_seconds: int = 5
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         retention_batch=_int(env, "REMINDERS_RETENTION_BATCH", 1000, 0, 100_000),
         idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
         first_batch=_int(env, "REMINDERS_FIRST_BATCH", 100, 1, 10_000),
+        refill_patience_seconds=_int(env, "REMINDERS_REFILL_PATIENCE_SECONDS", 5, 0, 60),
     )
 
 

@@ -48,6 +48,8 @@ COUNTS_FOLD_BATCH = 10_000
 # last count are offered the same share as the others; they are counted again once the clock
 # has moved this far since the last count (and every pass reports those still due).
 RECOUNT_TENANTS_SECONDS = 1.0
+# How long a tick waits, a time, for the consumers to make room or for work to fall due.
+REFILL_WAIT_SECONDS = 0.25
 # The states a reclaim can end a lease in that an operator must hear about, as metrics.
 PARKED_METRICS = {"unknown": "Unknown", "dead": "Dead"}
 
@@ -76,9 +78,11 @@ class TickSummary:
         return asdict(self)
 
 
-def tick(rt: Runtime, context: Any = None) -> TickSummary:
+def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummary:
     """One scanner invocation. It drains for at most REMINDERS_SCAN_SECONDS, and for at most
-    half the invocation's remaining time when a Lambda context says how much is left."""
+    half the invocation's remaining time when a Lambda context says how much is left.
+    ``refill``: it waits for the consumers to make room (REMINDERS_REFILL_PATIENCE_SECONDS);
+    False where nothing consumes while it runs (the local pipeline runs them after it)."""
     started = time.monotonic()
     seconds = float(rt.settings.limits.scan_seconds)
     remaining = getattr(context, "get_remaining_time_in_millis", None)
@@ -108,7 +112,8 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
         logger.warning("scanner tick skipped", extra={"reason": summary.skipped})
         return summary
     try:
-        _tick_locked(rt, conn, now, summary, deadline)
+        patience = float(rt.settings.limits.refill_patience_seconds) if refill else 0.0
+        _tick_locked(rt, conn, now, summary, deadline, patience)
     finally:
         if not conn.closed and not conn.broken:
             db.execute(conn, "scanner_turn_end", {"holder": holder})
@@ -128,7 +133,7 @@ def tick(rt: Runtime, context: Any = None) -> TickSummary:
 
 
 def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
-                 deadline: float) -> None:
+                 deadline: float, patience: float = 0.0) -> None:
     limits = rt.settings.limits
     # Counted under the turn: the previous tick's messages are on the queue by now.
     queued = rt.deliveries.depth()
@@ -155,7 +160,7 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     if time.monotonic() < before:
         materialise_first(rt, conn, now, summary, before)
 
-    drain(rt, conn, summary, queued, deadline)
+    drain(rt, conn, summary, queued, deadline, patience)
     ends = max(time.monotonic(), deadline) + HOUSEKEEPING_SECONDS
     if time.monotonic() < deadline:  # retention only with drain time left over
         purged = _bounded(conn, ends, lambda: db.fetch_one(conn, "retention_purge", {
@@ -198,7 +203,7 @@ def _bounded(conn: db.Connection, ends: float, work: Callable[[], T], *,
 
 
 def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
-          deadline: float) -> None:
+          deadline: float, patience: float = 0.0) -> None:
     """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
     or the tick's time is spent. Each pass is fair across tenants. The budget counts the larger
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
@@ -221,7 +226,7 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         waiting: tuple[list[LeaseMessage], datetime] | None = None
         why = "the tick stopped (an error or an interrupt) before it was handed over"
         try:
-            for leased, now in _passes(rt, conn, summary, queued, deadline):
+            for leased, now in _passes(rt, conn, summary, queued, deadline, patience):
                 messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
                 waiting = messages, now
                 if in_flight is not None:
@@ -253,41 +258,74 @@ class _InFlight:
 
 
 def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
-            deadline: float) -> Iterator[tuple[list[db.Row], datetime]]:
-    """Each pass's leased rows (in due order) and the clock's reading it leased at."""
+            deadline: float, patience: float) -> Iterator[tuple[list[db.Row], datetime]]:
+    """Each pass's leased rows (in due order) and the clock's reading it leased at.
+
+    The tick keeps the queue fed for its whole time: when the in-flight budget is full it
+    waits (REFILL_WAIT_SECONDS at a time) and counts again what is out, the queue's depth and
+    the live leases, leasing again as the consumers make room; when a pass finds nothing due
+    and work falls due before the tick ends (by the clock), it waits for that. Waiting for
+    room ends the tick once nothing went out for ``patience`` seconds; waiting for work to
+    fall due ends it at its deadline, or when the clock did not move while it waited (a fixed
+    clock). No patience (0): it never waits."""
     limits = rt.settings.limits
     live = _live_leases(conn)
     tenants = 0  # tenants that may have due work: counted, then each pass says
     counted_at: datetime | None = None
+    last_out = time.monotonic()  # when a pass last leased anything
+
+    def wait(seconds: float, *, for_the_clock: bool = False) -> bool:
+        """Sleep within the tick (waiting for room, also within the patience since a pass
+        last leased anything); False: stop instead. No patience: never waits."""
+        ends = deadline if for_the_clock else min(deadline, last_out + patience)
+        if patience <= 0 or seconds <= 0 or time.monotonic() + seconds > ends:
+            return False
+        before = rt.clock.now()
+        time.sleep(seconds)
+        return not for_the_clock or rt.clock.now() > before
+
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
         room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
             live = _live_leases(conn)
             room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
-        if room <= 0 or time.monotonic() >= deadline:
+        if room <= 0:
+            if not wait(REFILL_WAIT_SECONDS):
+                return
+            queued = rt.deliveries.depth()  # what the consumers have not received yet
+            live = _live_leases(conn)
+            continue
+        if time.monotonic() >= deadline:
             return
         now = rt.clock.now()
         if counted_at is None or (now - counted_at).total_seconds() >= RECOUNT_TENANTS_SECONDS:
             tenants = int((db.fetch_one(conn, "tenants_with_due_work", {"now": now}) or {})
                           .get("n") or 0)
             counted_at = now
-        if tenants == 0:
-            return  # nothing is due
-        share = -(-room // tenants)  # ceil: every tenant gets one
+        leased: list[db.Row] = []
+        if tenants > 0:
+            share = -(-room // tenants)  # ceil: every tenant gets one
 
-        def lease(n: int = room, share: int = share, now: datetime = now) -> list[db.Row]:
-            # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
-            return db.fetch_all(conn, "lease_due", {
-                "now": now, "batch": n, "share": share, "lease_seconds": limits.lease_seconds})
+            def lease(n: int = room, share: int = share, now: datetime = now) -> list[db.Row]:
+                # One statement, atomic on its own: no BEGIN and COMMIT round trips around it.
+                return db.fetch_all(conn, "lease_due", {
+                    "now": now, "batch": n, "share": share,
+                    "lease_seconds": limits.lease_seconds})
 
-        leased = db.retrying(lease)
-        if not leased:
-            return
+            leased = db.retrying(lease)
+        if not leased:  # nothing is due now: wait for what falls due before the tick ends
+            nxt = (db.fetch_one(conn, "next_due_work") or {}).get("at")
+            if nxt is None or not wait(min(max((nxt - now).total_seconds(), 0.0) + 0.01,
+                                           REFILL_WAIT_SECONDS * 4), for_the_clock=True):
+                return
+            counted_at = None
+            continue
         summary.passes += 1
         tenants = int(leased[0]["tenants_left"])
         leased.sort(key=_lease_order)
         summary.leased += len(leased)
         live += len(leased)
+        last_out = time.monotonic()
         yield leased, now
 
 

@@ -678,6 +678,15 @@ group by tenant, kind, channel, state
 having sum(n) <> 0
 order by tenant, kind, channel, state;
 
+-- name: next_due_work
+-- CROSS-TENANT: when the next due entry no lease holds falls due (paused tenants apart): a
+-- scanner tick whose pass found nothing due waits for it when it falls inside the tick. A probe
+-- a tenant, as lease_due reads them.
+select min(o.due_at) as at from tenants t cross join lateral (
+    select q.due_at from due_queue q where q.tenant = t.id and q.token is null
+    order by q.due_at, q.id limit 1) o
+where not t.paused;
+
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
 -- A leased delivery's next event is its lease's expiry, pending or taken.
