@@ -36,7 +36,8 @@ class Consumers:
         self.most_out = 0
         self.batches = 0
         self.errors: list[BaseException] = []
-        self.threads = [threading.Thread(target=self._consume), threading.Thread(target=self._watch)]
+        self.threads = [threading.Thread(target=self._consume),
+                        threading.Thread(target=self._watch)]
 
     def _consume(self) -> None:
         sqs = self.h.sqs()
