@@ -330,13 +330,21 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
         decided[message_id] = states.get(message.delivery_id, "fenced")
         if decided[message_id] in TERMINAL and row["recurring"]:
             run.ended.append(row)
+    paused: list[tuple[str, db.Row, Any]] = []
     for message_id, row, token, _ in writes.starts:
         attempt = attempts.get(int(row["id"]))
-        if attempt is None:  # cannot happen under the row lock; kept as the fence's answer
-            decided[message_id] = "fenced"
+        if attempt is None:  # under the row lock only a pause since the re-check does this
+            paused.append((message_id, row, token))
             continue
         run.sends.append(Send(message_id, row, token, int(attempt["id"]),
                               int(attempt["attempt_no"])))
+    if paused:  # fenced on the lease and on no send in flight, as every release
+        released = db.fetch_all(conn, "lease_release", {
+            "ids": [r["id"] for _, r, _ in paused], "tokens": [t for _, _, t in paused],
+            "reason": "tenant paused; waits until resumed", "now": now})
+        back = {int(r["id"]) for r in released}
+        for message_id, row, _ in paused:
+            decided[message_id] = "released" if int(row["id"]) in back else "fenced"
     run.outcomes.update(decided)
 
 

@@ -30,6 +30,7 @@ from tests.integration.pipeline_helpers import (
     minutes,
     pending_lease,
     register,
+    run_minutes,
     schedule_webhook,
     start_attempt,
     take_messages,
@@ -792,3 +793,37 @@ def test_the_steps_after_the_drain_end_with_the_tick_s_time(
     assert (summary.leased, summary.published) == (1, 1)
     assert summary.oldest_overdue_seconds is None and summary.skipped is None
     assert scanner.tick(h.rt).oldest_overdue_seconds == 0.0  # measured again next tick
+
+
+def test_a_pause_committed_after_the_recheck_starts_no_attempt(harness: Harness) -> None:
+    """The pause is decided in the statement that starts the attempt: a tenant paused between
+    the consumer's re-check and that statement sends nothing, and its delivery waits, its
+    lease handed back unused (not counted toward the poison-message limit)."""
+    h = harness
+    (key,) = schedule_webhook(h, "paused-late")
+    tick(h)
+    messages = take_messages(h)
+    paused: list[bool] = []
+
+    def pause_now(name: str) -> None:
+        if name == "attempts_start" and not paused:
+            paused.append(True)
+            db.execute(h.conn, "tenant_set_paused", {"tenant": "acme", "paused": True})
+
+    db.before_statement = pause_now
+    try:
+        answer = consumer.process_batch(event_for(h, messages), h.rt)
+    finally:
+        db.before_statement = None
+    assert paused == [True]
+    assert answer == {"batchItemFailures": []}
+    assert effects(h) == {} and attempts(h, key) == []
+    row = delivery(h, key)
+    assert (row["state"], row["reason"], row["lease_token"]) == (
+        "scheduled", "tenant paused; waits until resumed", None)
+    counted = h.conn.execute("select leases, empty_receives from deliveries where id = %s",
+                             (row["id"],)).fetchone()
+    assert counted == {"leases": 0, "empty_receives": 0}  # handed back unused
+    db.execute(h.conn, "tenant_set_paused", {"tenant": "acme", "paused": False})
+    run_minutes(h, 1)
+    assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}

@@ -379,7 +379,8 @@ update deliveries d set
     state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
     reason = %(reason)s, lease_token = null, lease_expires_at = null, updated_at = %(now)s,
     received = false, leases = greatest(d.leases - 1, 0)  -- handed back unused: it does not count
-from ours where d.id = ours.id;
+from ours where d.id = ours.id
+returning d.id;
 
 -- name: retention_purge
 -- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
@@ -590,7 +591,9 @@ where d.id = any(%(ids)s::bigint[]);
 -- name: attempts_start
 -- Fenced, for a whole batch in one statement: appends each attempt only while its lease is ours
 -- and no send is in flight, and puts the send in flight on the row with its deadline (the lease
--- lasts at least that long). Committed before any send.
+-- lasts at least that long). Committed before any send. A tenant paused since the re-check read
+-- its row (a pause locks no delivery) starts nothing: the pause is decided here, in the
+-- statement that starts the attempt, as the row locks decide an opt-out.
 with started as (
     update deliveries d set attempts_made = d.attempts_made + 1,
                             send_attempt = d.attempts_made + 1, send_deadline = r.deadline,
@@ -600,6 +603,7 @@ with started as (
         as r(id, token, deadline)
     where d.id = r.id and d.lease_token = r.token
       and (d.state = 'leased') is true and d.send_attempt is null
+      and not exists (select 1 from tenants t where t.id = d.tenant and t.paused)
     returning d.id, d.tenant, d.attempts_made, d.lease_token
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
