@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from reminders import consumer, db, operator, scanner, schedules
+from reminders import consumer, db, operator, redrive, scanner, schedules
 from reminders.clock import FixedClock
 from reminders.errors import Conflict, InvalidInput
 from reminders.invariants import violations
@@ -827,3 +827,25 @@ def test_a_pause_committed_after_the_recheck_starts_no_attempt(harness: Harness)
     db.execute(h.conn, "tenant_set_paused", {"tenant": "acme", "paused": False})
     run_minutes(h, 1)
     assert delivery(h, key)["state"] == "sent" and effects(h) == {key: 1}
+
+
+def test_a_retry_starts_the_redrive_budget_afresh(harness: Harness) -> None:
+    """Parked dead for a spent redrive budget, then retried by an operator: its next visit to
+    the dead-letter queue replays it (the budget was counted from the retry), instead of
+    parking it dead again at once."""
+    h = harness
+    (key,) = schedule_webhook(h, "redriven")
+    budget = h.rt.settings.limits.redrive_budget
+    for _ in range(budget + 1):  # each visit replays it, until the budget is spent
+        tick(h)
+        redrive.process_batch(event_for(h, take_messages(h)), h.rt)
+        h.clock.advance(timedelta(seconds=1))
+    row = delivery(h, key)
+    assert (row["state"], row["redrives"]) == ("dead", budget), row["reason"]
+    operator.reconcile(h.conn, key=key, tenant="acme", target="retry",
+                       reason="receiver fixed", now=h.clock.now(), who="ops")
+    assert delivery(h, key)["redrives"] == 0
+    tick(h)
+    redrive.process_batch(event_for(h, take_messages(h)), h.rt)
+    row = delivery(h, key)
+    assert (row["state"], row["redrives"]) == ("scheduled", 1)  # replayed: due again

@@ -749,7 +749,7 @@ limit %(limit)s;
 -- name: delivery_reconcile
 -- An operator settles a parked or terminal delivery after checking with the receiver.
 -- Never one that is due or leased: those belong to the pipeline. A retry starts the budgets
--- afresh (attempts and poison-message tries) and is refused for a delivery its schedule has
+-- afresh (attempts, poison-message tries and dead-letter replays) and is refused for a delivery its schedule has
 -- moved on from (cancelled, rescheduled, new revision): it would only be suppressed.
 update deliveries d set
     state = case when %(target)s <> 'retry' then %(target)s
@@ -758,6 +758,7 @@ update deliveries d set
     due_at = case when %(target)s = 'retry' then %(now)s else d.due_at end,
     attempts_base = case when %(target)s = 'retry' then d.attempts_made else d.attempts_base end,
     empty_receives = case when %(target)s = 'retry' then 0 else d.empty_receives end,
+    redrives = case when %(target)s = 'retry' then 0 else d.redrives end,
     advance_series = case when %(target)s = 'retry' then false else d.advance_series end,
     updated_at = %(now)s
 from schedules s
