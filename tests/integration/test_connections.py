@@ -225,3 +225,20 @@ def test_a_rotated_password_is_read_again_from_the_secret(
     assert "second" in warm.settings.database_url
     warm.close()
     aws.client.cache_clear()
+
+
+def test_a_connection_dropped_inside_a_pipelined_batch_says_so_once(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The batch's own error is reported; psycopg's second line about the pipeline it could
+    not close ("error ignored terminating <psycopg.Pipeline [BAD]>") is not."""
+    h = harness
+    schedule_webhook(h, "pipelined")
+    tick(h)
+    messages = take_messages(h)
+    _warm(h)
+    monkeypatch.setattr(db, "before_statement", _drop_before(h, "recheck_load"))
+    with caplog.at_level("WARNING"), pytest.raises(DatabaseUnavailable):
+        consumer.process_batch(event_for(h, messages), h.rt)
+    assert db.before_statement is None  # the drop happened inside the pipeline
+    assert [r.getMessage() for r in caplog.records if r.name == "psycopg"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,20 @@ T = TypeVar("T")
 
 __all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", "retrying",
            "transaction"]
+
+class _SecondPipelineError(logging.Filter):
+    """psycopg logs "error ignored terminating <psycopg.Pipeline [BAD]>" when a pipeline
+    fails to close while an error already leaves it (a connection that died mid-batch): that
+    first error is the one the service reports, in its own words, so this second line is
+    dropped. Every other psycopg record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "error ignored terminating %r: %s" and record.args
+                    and isinstance(record.args, tuple)
+                    and isinstance(record.args[0], psycopg.Pipeline))
+
+
+logging.getLogger("psycopg").addFilter(_SecondPipelineError())
 
 # Called with a statement's name before it runs. Tests install one to pause an actor between
 # two statements while another runs; it is None in production.
