@@ -152,3 +152,36 @@ def test_releasing_a_batch_looks_each_row_up_once(harness: Harness) -> None:
     # Locks the rows (skipping those another transaction holds), then updates them: a probe
     # each, as marking received does.
     assert probes(plan) == 2 * BATCH
+
+
+def test_the_recheck_finds_a_webhook_s_endpoint_by_index_however_many_there_are(
+        harness: Harness) -> None:
+    """The re-check reads a webhook's endpoint with two probes of its (tenant, url) index, not
+    a scan of every tenant's endpoints (50,000 rows read for 10 webhooks, before)."""
+    h = harness
+    (key,) = schedule_webhook(h, "indexed")
+    h.conn.execute("insert into tenants (id) select 'other' || n from generate_series(1, 50) n"
+                   " on conflict do nothing")
+    h.conn.execute("insert into endpoints (tenant, url, secret)"
+                   " select 'other' || (n % 50 + 1), 'https://h' || n || '.example/hook',"
+                   " 'whsec_x' from generate_series(1, 5000) n")
+    h.conn.execute("analyze endpoints")
+    row = h.conn.execute("select id from deliveries where delivery_key = %s", (key,)).fetchone()
+    assert row is not None
+    plan = h.conn.execute("explain (format json) " + query("recheck_load"),
+                          {"ids": [row["id"]]}).fetchone()
+    assert plan is not None
+    text = json.dumps(plan)
+    assert "endpoints_tenant_url" in text
+    assert not _scans(plan, "endpoints"), text
+
+
+def _scans(plan: Any, table: str) -> bool:
+    """Whether the plan reads ``table`` whole."""
+    if isinstance(plan, dict):
+        if plan.get("Node Type") == "Seq Scan" and plan.get("Relation Name") == table:
+            return True
+        return any(_scans(v, table) for v in plan.values())
+    if isinstance(plan, list):
+        return any(_scans(v, table) for v in plan)
+    return False

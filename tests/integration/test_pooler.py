@@ -231,3 +231,4 @@ def _a_key(h: Harness) -> str:
     row = h.conn.execute("select delivery_key from deliveries order by id limit 1").fetchone()
     assert row is not None
     return str(row["delivery_key"])
+

@@ -584,7 +584,10 @@ left join lateral (
     select id, tenant, secret, secret_ciphertext, secret_data_key, secret_key_id,
            next_secret_ciphertext, next_secret_data_key, next_secret_key_id, overlap_until
     from endpoints
-    where d.channel = 'webhook' and url = d.destination and (tenant = d.tenant or tenant is null)
+    -- two probes of endpoints_tenant_url (the tenant's own, then the shared one), never a
+    -- scan of every tenant's endpoints
+    where d.channel = 'webhook' and coalesce(tenant, '') = any(array[d.tenant, ''])
+      and url = d.destination
     order by tenant nulls last limit 1
 ) e on true
 where d.id = any(%(ids)s::bigint[]);
