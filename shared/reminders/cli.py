@@ -63,11 +63,19 @@ def _json_text(data: Any) -> str:
     return json.dumps(data, indent=2, default=str, ensure_ascii=False)
 
 
+def terminal_safe(text: str) -> str:
+    from reminders.cli_format import terminal_safe as safe
+
+    return safe(text)
+
+
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
+    """JSON exactly (its escapes are the data's), or the text with whatever a terminal would
+    act on shown as a visible escape."""
     if getattr(args, "json", False) or text is None:
         print(_json_text(data))
     else:
-        print(text)
+        print(terminal_safe(text))
 
 
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
@@ -727,7 +735,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return 0
     if len(result.deliveries) > 20:
         data["deliveries"] = f"{len(result.deliveries)} deliveries"
-    print(_schedule_text(data, "created" if result.created else "already existed, unchanged"))
+    print(terminal_safe(_schedule_text(data, "created" if result.created
+                                       else "already existed, unchanged")))
     return 0
 
 
@@ -958,7 +967,7 @@ def _print_outcome(args: argparse.Namespace, outcome: Outcome) -> int:
     if notes:
         sys.stdout.flush()
     for note in notes:
-        sys.stderr.write(f"reminders: {note}\n")
+        sys.stderr.write(f"reminders: {terminal_safe(note)}\n")
     return outcome.code
 
 

@@ -5,6 +5,7 @@ Plain functions with no dependencies, so nothing here reaches the Lambda handler
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
@@ -63,3 +64,17 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
         return "  ".join(padded).rstrip()
 
     return "\n".join([line([h.upper() for h in headers]), *(line(r) for r in cells)])
+
+
+# What a terminal would act on rather than show: C0 controls but newline and tab, DEL, C1
+# controls (ESC starts colour, cursor and title sequences; CSI, OSC), and the bidirectional
+# overrides and isolates that reorder what follows them.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as a visible escape
+    (``\\x1b``, ``\\u202e``): a receiver's reason phrase, a recipient or a payload value
+    reaches an operator's screen as text, never as a command to the terminal."""
+    return _UNSAFE.sub(lambda m: (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100
+                                  else f"\\u{ord(m[0]):04x}"), text)

@@ -668,3 +668,18 @@ def test_the_attention_list_is_the_parked_states_only(cli: Cli) -> None:
     assert (got.code, json.loads(got.out)) == (0, [])
     error(cli("list", "--attention", "--state", "scheduled"), 2,
           "state must be one of unknown, dead, failed, stale, got 'scheduled'")
+
+
+def test_nothing_reaches_the_operator_s_terminal_raw(cli: Cli, database_url: str) -> None:
+    """A reason (here a receiver's reason phrase, as a send records it) with terminal control
+    sequences is printed as visible escapes; the JSON keeps it exactly."""
+    key = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k-esc",
+              "--json").json()["delivery_key"]
+    hostile = "HTTP 503 \x1b]0;owned\x07\x1b[2J\u202egnp.exe"
+    with db.connect(database_url) as conn:
+        conn.execute("update deliveries set reason = %s where delivery_key = %s", (hostile, key))
+    text = cli("show", key)
+    assert text.code == 0
+    assert "\x1b" not in text.out and "\x07" not in text.out and "\u202e" not in text.out
+    assert "HTTP 503 \\x1b]0;owned\\x07\\x1b[2J\\u202egnp.exe" in text.out
+    assert cli("show", key, "--json").json()["reason"] == hostile

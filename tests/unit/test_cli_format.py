@@ -72,3 +72,11 @@ def test_the_parser_names_the_bulk_states_the_commands_accept() -> None:
     from reminders import operator
 
     assert cli.BULK_STATES == operator.BULK_STATES
+
+
+def test_what_a_terminal_would_act_on_is_shown_as_escapes() -> None:
+    from reminders.cli_format import terminal_safe
+
+    raw = "503 \x1b]0;owned\x07\x1b[2J\x9b31m \u202eevil\x7f"
+    assert terminal_safe(raw) == "503 \\x1b]0;owned\\x07\\x1b[2J\\x9b31m \\u202eevil\\x7f"
+    assert terminal_safe("two\nlines\tand tabs, Łukasz 用户") == "two\nlines\tand tabs, Łukasz 用户"
