@@ -553,3 +553,36 @@ def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
                 assert len(held) == 2
         worker.join(10)
     assert done == [[{"n": 2}]]
+
+
+CLIENT_FUNCTIONS = ["cancel", "delivery_state", "my_tenant", "opt_in", "opt_out", "reschedule",
+                    "schedule"]
+CLIENT_RELATIONS = ["my_deliveries", "my_opt_outs", "my_schedules"]
+
+
+def test_a_tenant_login_can_execute_and_read_exactly_the_client_api(
+        clients: Callable[[str | None], Client], conn: db.Connection) -> None:
+    """What reminders_client's logins may execute and read in the service's schema: the
+    client functions and views, and nothing a later migration adds (functions are PUBLIC's
+    by default unless revoked)."""
+    acme = clients("acme")
+    executable = conn.execute(
+        "select distinct p.proname as name from pg_proc p"
+        " join pg_namespace n on n.oid = p.pronamespace"
+        " where n.nspname = 'reminders' and has_function_privilege(%s, p.oid, 'execute')"
+        " order by 1", (acme.login,)).fetchall()
+    readable = conn.execute(
+        "select c.relname as name from pg_class c join pg_namespace n on n.oid = c.relnamespace"
+        " where n.nspname = 'reminders' and c.relkind in ('r', 'v', 'm', 'p')"
+        " and has_table_privilege(%s, c.oid, 'select') order by 1", (acme.login,)).fetchall()
+    assert [r["name"] for r in executable] == CLIENT_FUNCTIONS
+    assert [r["name"] for r in readable] == CLIENT_RELATIONS
+
+
+def test_a_function_a_later_migration_adds_is_nobody_s_by_default(conn: db.Connection) -> None:
+    conn.execute("create function reminders.added_later() returns int language sql as 'select 1'")
+    row = conn.execute("select has_function_privilege('reminders_client',"
+                       " 'reminders.added_later()', 'execute') as client,"
+                       " has_function_privilege('public', 'reminders.added_later()', 'execute')"
+                       " as anyone").fetchone()
+    assert row == {"client": False, "anyone": False}
