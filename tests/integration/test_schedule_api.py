@@ -507,3 +507,35 @@ def test_database_errors_surface_as_domain_errors(conn: db.Connection) -> None:
                               '"endpoints_url_check" (endpoints_url_check)')
     assert not isinstance(err.value, psycopg.Error)
     assert type(err.value.__cause__) is psycopg.errors.CheckViolation
+
+
+def test_a_replayed_call_answers_one_row_a_recipient_not_the_series_history(
+        harness: Harness) -> None:
+    """A long-running recurring schedule's replayed call answers what the first call did, its
+    pending delivery for each recipient, however many occurrences it has sent since."""
+    from reminders.recurrence import Recurrence
+
+    h = harness
+    url = h.receiver.hook_url("daily")
+    register(h.conn, url, h.receiver.secret)
+    start = h.clock.now()
+    rec = Recurrence(rrule="FREQ=DAILY", tz="UTC", local_start=start.replace(tzinfo=None),
+                     gap="shift", overlap="first")
+
+    def call() -> schedules.ScheduleResult:
+        return schedules.schedule(h.conn, tenant="acme", recipients=["ann", "bob"],
+                                  channel="webhook", to=url, recurrence=rec, now=start,
+                                  key="digest")
+
+    first = call()
+    for _ in range(6):  # six days: six occurrences sent each, the seventh pending
+        pipeline.run(h.rt)
+        h.clock.advance(timedelta(days=1))
+    sent = h.conn.execute("select count(*) as n from deliveries where state = 'sent'"
+                          ).fetchone()
+    assert sent == {"n": 12}
+    again = call()
+    assert not again.created
+    assert [d.recipient for d in again.deliveries] == ["ann", "bob"]
+    assert [d.state for d in again.deliveries] == ["scheduled", "scheduled"]
+    assert len(first.deliveries) == 2
