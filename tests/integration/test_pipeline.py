@@ -774,3 +774,19 @@ def test_an_ses_configuration_error_is_retried_and_counted_by_channel(
     row = delivery(h, key)
     assert row["state"] == "retrying" and row["reason"].startswith("configuration error")
     assert any(f.get("SendConfigErrors[channel=email]") == 1 for f in metrics.flushed)
+
+
+def test_a_webhook_recipient_outside_latin_1_is_delivered_once_with_its_key(
+        harness: Harness) -> None:
+    """The delivery key travels in HTTP headers (webhook-id, Idempotency-Key), which carry
+    printable ASCII only: a recipient such as Łukasz or 用户 failed at every send. The header
+    carries the key percent-encoded; the signature covers that id and the body keeps the key."""
+    h = harness
+    keys = schedule_webhook(h, "unicode", recipients=["Łukasz", "用户"])
+    tick(h)
+    work(h)
+    assert {delivery(h, k)["state"] for k in keys} == {"sent"}
+    from reminders.channels.signing import message_id
+
+    assert effects(h) == {message_id(k): 1 for k in keys}
+    assert h.receiver.stats()["bad_signatures"] == 0

@@ -136,3 +136,13 @@ def test_new_secret_is_valid_and_random() -> None:
     first, second = new_secret(), new_secret()
     assert first != second
     assert len(validate_secret(first)) == 32
+
+
+def test_a_key_an_http_header_cannot_carry_is_sent_percent_encoded() -> None:
+    from reminders.channels.signing import message_id
+
+    plain = "schedule:1/g1:2027-03-01T09:00:00Z:alice:webhook"
+    assert message_id(plain) == plain
+    assert message_id("schedule:1/g1:t:Łukasz:webhook") == "schedule:1/g1:t:%C5%81ukasz:webhook"
+    assert message_id("k:用户:a b:50%") == "k:%E7%94%A8%E6%88%B7:a%20b:50%25"
+    assert message_id("k:%C5%81") != message_id("k:Ł")  # the encoding is one-to-one

@@ -62,6 +62,17 @@ def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
     return base64.b64encode(mac).decode("ascii")
 
 
+def message_id(delivery_key: str) -> str:
+    """The ``webhook-id`` (and ``Idempotency-Key``) a delivery key is sent as: the key itself
+    where it is printable ASCII, as most are; otherwise percent-encoded UTF-8 (and ``%`` as
+    ``%25``), since an HTTP header carries no other characters. One key, one id, across every
+    retry, dead-letter replay and redrive; the body's ``delivery_key`` stays the key itself."""
+    if all(0x21 <= ord(ch) <= 0x7E and ch != "%" for ch in delivery_key):
+        return delivery_key
+    return "".join(ch if 0x21 <= ord(ch) <= 0x7E and ch != "%" else
+                   "".join(f"%{b:02X}" for b in ch.encode()) for ch in delivery_key)
+
+
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header value for these exact body bytes."""
     return f"{SIGNATURE_VERSION},{_digest(validate_secret(secret), msg_id, timestamp, body)}"

@@ -584,16 +584,15 @@ class WebhookChannel:
             return SendResult(Outcome.TRANSIENT, _one_line(str(exc)))
 
         timestamp = int(now.timestamp())
+        msg_id = signing.message_id(message.delivery_key)
         headers = {
             "Host": target.host_header,
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
-            "Idempotency-Key": message.delivery_key,
-            signing.HEADER_ID: message.delivery_key,
+            "Idempotency-Key": msg_id,
+            signing.HEADER_ID: msg_id,
             signing.HEADER_TIMESTAMP: str(timestamp),
-            signing.HEADER_SIGNATURE: signing.sign_all(
-                message.secrets, message.delivery_key, timestamp, body
-            ),
+            signing.HEADER_SIGNATURE: signing.sign_all(message.secrets, msg_id, timestamp, body),
         }
         written_before = False
         kept = self._kept.take(target.scheme, target.host, target.port, addresses)
