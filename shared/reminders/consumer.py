@@ -30,6 +30,7 @@ from reminders.clock import TimeLeft, iso
 from reminders.endpoints import signing_secrets
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from reminders.observability import logger
+from reminders.payloads import read_payload
 from reminders.queue import LeaseMessage
 from reminders.runtime import Runtime
 from reminders.secret_box import SecretUnavailable
@@ -110,7 +111,14 @@ def content_check(row: db.Row, now: datetime) -> Decision:
     if row["channel"] == "webhook" and row["endpoint_id"] is None:
         return Decision("settle", "failed",
                         f"no webhook endpoint registered for {row['destination']}")
+    if isinstance(row["payload"], str):  # as recheck_load reads it: parsed here, row by row
+        try:
+            row["payload"] = read_payload(row["payload"])
+        except ValueError as exc:
+            return Decision("settle", "failed", f"payload cannot be read back: {exc}")
     return Decision("send", None, "")
+
+
 
 
 @dataclass

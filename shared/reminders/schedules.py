@@ -24,6 +24,7 @@ from reminders import db
 from reminders.channels.addresses import check_url_characters
 from reminders.clock import iso, require_aware
 from reminders.errors import InvalidInput
+from reminders.payloads import MAX_DEPTH, check_payload
 
 if TYPE_CHECKING:
     from reminders.recurrence import Recurrence
@@ -88,10 +89,16 @@ def validate_payload(payload: Any) -> str:
         raise InvalidInput(f"payload must be a JSON object, got {type(payload).__name__}")
     try:
         text = json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except RecursionError:
+        raise InvalidInput(f"payload nests deeper than {MAX_DEPTH} levels") from None
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from None
     if _JSON_NUL.search(text):  # Postgres's jsonb cannot hold a NUL character
         raise InvalidInput("payload contains a NUL character (\\u0000), which cannot be stored")
+    try:
+        check_payload(text)
+    except ValueError as exc:
+        raise InvalidInput(f"payload cannot be read back as JSON: {exc}") from None
     return text
 
 

@@ -790,3 +790,30 @@ def test_a_webhook_recipient_outside_latin_1_is_delivered_once_with_its_key(
 
     assert effects(h) == {message_id(k): 1 for k in keys}
     assert h.receiver.stats()["bad_signatures"] == 0
+
+
+@pytest.mark.parametrize("payload", [
+    '{"n": 1e5000}',
+    "{\"a\": " + "[" * 1100 + "]" * 1100 + "}",
+    '{"n": ' + "9" * 5000 + "}",
+])
+def test_a_payload_the_service_cannot_read_back_parks_its_delivery_alone(
+        harness: Harness, payload: str) -> None:
+    """Written before the entry checks, or by hand: a payload psycopg's JSON reader cannot
+    load (a number out of every float's range, nesting past Python's parser, an integer of
+    thousands of digits) fails that one delivery with the reason; the delivery batched with
+    it goes out, and neither is counted as a poison message."""
+    h = harness
+    (bad,) = schedule_webhook(h, "unreadable")
+    (good,) = schedule_webhook(h, "readable", recipients=["bob"])
+    h.conn.execute("update schedules set payload = %s::jsonb where schedule_key = 'unreadable'",
+                   (payload,))
+    tick(h)
+    messages = take_messages(h)
+    assert len(messages) == 2
+    answer = consumer.process_batch(event_for(h, messages), h.rt)
+    assert answer == {"batchItemFailures": []}
+    assert delivery(h, good)["state"] == "sent" and effects(h) == {good: 1}
+    row = delivery(h, bad)
+    assert row["state"] == "failed"
+    assert row["reason"].startswith("payload cannot be read back: "), row["reason"]

@@ -539,3 +539,15 @@ def test_a_replayed_call_answers_one_row_a_recipient_not_the_series_history(
     assert [d.recipient for d in again.deliveries] == ["ann", "bob"]
     assert [d.state for d in again.deliveries] == ["scheduled", "scheduled"]
     assert len(first.deliveries) == 2
+
+
+@pytest.mark.parametrize(("payload", "why"), [
+    ({"a": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+     "payload cannot be read back as JSON: it nests deeper than 32 levels"),
+    ({"n": float("1e308") * 10}, "payload is not JSON-serialisable"),
+])
+def test_a_payload_no_reader_keeps_whole_is_refused_at_entry(
+        conn: db.Connection, payload: dict[str, Any], why: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(why)):
+        schedules.schedule(conn, tenant="acme", recipients=["a@example.com"], channel="email",
+                           at=T0, now=T0, payload=payload)

@@ -565,7 +565,10 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        d.attempts_made, d.attempts_base, d.redrives, d.lease_token, d.lease_expires_at,
        d.send_attempt, d.send_deadline, d.received, d.empty_receives,
        s.state as schedule_state, s.revision as schedule_revision,
-       s.generation as schedule_generation, s.payload, s.kind, (s.rrule is not null) as recurring,
+       -- as text: each row's payload is read on its own (consumer.read_payload), so one the
+       -- service cannot read back parks that delivery, never the batch
+       s.generation as schedule_generation, s.payload::text as payload, s.kind,
+       (s.rrule is not null) as recurring,
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
        t.paused as tenant_paused,
