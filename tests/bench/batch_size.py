@@ -16,8 +16,10 @@ time the process spent in it (one thread waits on Postgres, nothing else runs).
 ``consumer.process_batch`` on batches of the deployed size with a channel that answers at once (a
 port the project owns), taking batches from one shared queue until it is empty; every delivery
 was leased by the scanner beforehand (not timed). The figure is deliveries settled per second,
-with Postgres's CPU time (every process of the server, from /proc), the consumers' CPU time and
-the WAL written, each per delivery. The consumers and Postgres share this machine's two cores,
+with Postgres's CPU time (every process of the server, from /proc), the consumers' CPU time,
+PgBouncer's CPU time (the consumers reach Postgres through it, as the deployed ones go through
+RDS Proxy; on AWS that CPU is the proxy's, not the instance's) and the WAL written, each per
+delivery. The consumers and Postgres share this machine's two cores,
 so the rate says what this machine takes; what carries over to another server is the work per
 delivery.
 
@@ -63,6 +65,7 @@ from tests.bench.cost import (
 from tests.bench.support import (
     HOOK_HOST,
     NOW,
+    Cluster,
     MemoryQueue,
     RecordingChannel,
     add_schedule,
@@ -150,7 +153,7 @@ def _reset_peak_rss() -> bool:
     return True
 
 
-def bench_consumer_batch_size(server: str) -> Figures:
+def bench_consumer_batch_size(server: Cluster) -> Figures:
     secret = new_secret()
     per_scheme = WARM_UP + ROUNDS * sum(SIZES)
     keep_alive = keep_alive_requested()
@@ -274,7 +277,16 @@ def _server_cpu_since(postmaster: int, before: dict[int, int]) -> float:
     return sum(ns - before.get(pid, 0) for pid, ns in now.items()) / 1e9
 
 
-def _run(url: str, postmaster: int, queue: MemoryQueue, connections: int) -> Figures:
+def _pooler_cpu(pid: int) -> float:
+    """Seconds PgBouncer (one process) has spent on a CPU."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _run(url: str, postmaster: int, bouncer: int, queue: MemoryQueue,
+         connections: int) -> Figures:
     """``DELIVERIES_PER_RUN`` leased deliveries settled by ``connections`` consumers at once."""
     ctx = multiprocessing.get_context("fork")
     batches: Queue[Any] = ctx.Queue()
@@ -295,11 +307,13 @@ def _run(url: str, postmaster: int, queue: MemoryQueue, connections: int) -> Fig
         with db.connect(url) as conn:
             wal = conn.execute("select pg_current_wal_lsn() as lsn").fetchone()
             server_before = _server_cpu(postmaster)
+            pooler_before = _pooler_cpu(bouncer)
             started = time.perf_counter()
             go.set()
             outcomes = [results.get(timeout=300) for _ in workers]
             took = time.perf_counter() - started
             server_s = _server_cpu_since(postmaster, server_before)
+            pooler_s = _pooler_cpu(bouncer) - pooler_before
             wal_bytes = conn.execute("select pg_wal_lsn_diff(pg_current_wal_lsn(), %s) as n",
                                      ((wal or {})["lsn"],)).fetchone()
     finally:
@@ -313,11 +327,12 @@ def _run(url: str, postmaster: int, queue: MemoryQueue, connections: int) -> Fig
     return {"deliveries": done, "seconds": took, "deliveries_per_s": done / took,
             "server_cpu_us_per_delivery": 1e6 * server_s / done,
             "consumer_cpu_us_per_delivery": 1e6 * consumers_s / done,
+            "pooler_cpu_us_per_delivery": 1e6 * pooler_s / done,
             "server_cores_busy": server_s / took, "consumer_cores_busy": consumers_s / took,
             "wal_bytes_per_delivery": float((wal_bytes or {})["n"]) / done}
 
 
-def bench_consumer_database(server: str) -> Figures:
+def bench_consumer_database(server: Cluster) -> Figures:
     total = DELIVERIES_PER_RUN * len(CONNECTIONS) * DATABASE_ROUNDS
     conn, url = fresh_db(server, "bench_consumer_db")
     for start in range(0, total, 45_000):  # the API takes 50,000 recipients a call at most
@@ -336,7 +351,8 @@ def bench_consumer_database(server: str) -> Figures:
     runs: dict[int, list[Figures]] = {c: [] for c in CONNECTIONS}
     for _ in range(DATABASE_ROUNDS):
         for connections in CONNECTIONS:
-            runs[connections].append(_run(url, postmaster, queue, connections))
+            runs[connections].append(_run(url, postmaster, server.pooler.pid, queue,
+                                          connections))
     states = Counter({r["state"]: int(r["n"]) for r in conn.execute(
         "select state, count(*) as n from deliveries group by state").fetchall()})
     conn.close()

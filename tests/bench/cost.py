@@ -32,6 +32,7 @@ from reminders.observability import EmfMetrics, logger
 from tests.bench.support import (
     HOOK_HOST,
     NOW,
+    Cluster,
     MemoryQueue,
     add_schedule,
     fresh_db,
@@ -132,7 +133,7 @@ def invoke(name: str, event: dict[str, Any], rt: Any, memory_mib: int,
     return answer, len(last_output.encode()), took
 
 
-def bench_cost(server: str) -> Figures:
+def bench_cost(server: Cluster) -> Figures:
     batches = 3
     keep_alive = keep_alive_requested()
     # With kept connections the first batch opens them, so it only warms up.

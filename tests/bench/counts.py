@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from reminders import db
-from tests.bench.support import NOW, backlog, fresh_db
+from tests.bench.support import NOW, Cluster, backlog, fresh_db
 
 ROUNDS = 60  # alternating: 30 with the triggers, 30 without
 LEASE_BATCH = 100
@@ -20,7 +20,7 @@ CONSUMER_BATCH = 10
 COUNTS_TRIGGERS = ("delivery_counts_inserted", "delivery_counts_updated",
                    "delivery_counts_deleted", "delivery_counts_truncated")
 
-def bench_counts_trigger(server: str) -> dict[str, Any]:
+def bench_counts_trigger(server: Cluster) -> dict[str, Any]:
     conn, _ = fresh_db(server, "bench_counts")
     backlog(conn, due_rows=ROUNDS * LEASE_BATCH + 1_000, done_rows=100_000)
     spent: dict[str, list[float]] = {f"{what}_{side}": [] for what in ("lease", "consumer")

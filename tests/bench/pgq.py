@@ -1,5 +1,6 @@
-"""PgQueuer's dequeue, a reference for the scanner's rate: the same server, batches of 100,
-through asyncpg as PgQueuer runs. PgQueuer and asyncpg come from the ``bench`` extra, which only
+"""PgQueuer's dequeue, a reference for the scanner's rate: the same server through the same
+PgBouncer, batches of 100, through asyncpg as PgQueuer runs (its statement cache off, as asyncpg
+needs behind a transaction pooler). PgQueuer and asyncpg come from the ``bench`` extra, which only
 ``make bench`` installs; without them this reference is skipped and says so."""
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ class PgQueuer:
         self.conn: Any = self._run(asyncpg.connect(
             host=params.get("host"), port=int(params.get("port") or 5432),
             user=params.get("user"), password=params.get("password") or None,
-            database=params.get("dbname")))
+            database=params.get("dbname"),
+            # Behind a transaction pooler: no named prepared statements (the next transaction
+            # may run on another server connection, reset by DISCARD ALL).
+            statement_cache_size=0))
         self.queries: Any = queries.Queries.from_asyncpg_connection(self.conn)
         self._entrypoints = {ENTRYPOINT: queries.EntrypointExecutionParameter(
             concurrency_limit=0)}

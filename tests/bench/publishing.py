@@ -28,6 +28,7 @@ from reminders.local import stack
 from reminders.queue import Queue
 from tests.bench.support import (
     NOW,
+    Cluster,
     MemoryQueue,
     RecordingChannel,
     add_rows,
@@ -96,7 +97,7 @@ def _client(service: str, endpoint: str) -> Any:
 INVOKE_MS = 25
 
 
-def bench_publisher_fan_out(server: str) -> Figures:
+def bench_publisher_fan_out(server: Cluster) -> Figures:
     port, slow_port = stack.free_port(), stack.free_port()
     stub = subprocess.Popen([sys.executable, "-c", STUB, str(port)])
     slow = subprocess.Popen([sys.executable, "-c", STUB, str(slow_port), str(INVOKE_MS)])

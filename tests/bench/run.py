@@ -2,7 +2,8 @@
 one run against a reference on the same embedded Postgres (shared machines are noisy; absolute
 times are printed for context). docs/BENCHMARKS.md explains each figure and its goal.
 
-Real: Postgres (the service's own statements, on its own schema), the webhook channel and the
+Real: Postgres (the service's own statements, on its own schema, through a PgBouncer in
+transaction mode in front of it, the local RDS Proxy: support.Cluster), the webhook channel and the
 local receiver in ``consumer_webhooks``. In-process stand-ins: the queue (a deque; never moto,
 whose SQS slows with depth) and, in the burst, the channel (records each send and answers at
 once). The scanner and consumer are the service's own ``scanner.tick`` and
@@ -20,6 +21,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -35,7 +37,7 @@ from reminders import consumer, db, scanner, schedules
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
 from reminders.db.queries import query
-from reminders.local import stack
+from reminders.local import pooler, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.observability import logger
 from reminders.recurrence import Recurrence
@@ -51,6 +53,7 @@ from tests.bench.publishing import bench_publisher_fan_out
 from tests.bench.support import (
     NOW,
     URL,
+    Cluster,
     MemoryQueue,
     RecordingChannel,
     WallClock,
@@ -101,7 +104,7 @@ DUE_QUEUE_CLAIM_INDEX = ("create index due_queue_claim on due_queue (due_at, id)
 # ---------------------------------------------------------------- 1. the lease statement
 
 
-def claim_template(server: str) -> str:
+def claim_template(server: Cluster) -> str:
     """One tenant's 100,000 due deliveries (one due instant), copied for each contender."""
     name = "bench_claim_tpl"
     conn, _ = fresh_db(server, name)
@@ -110,7 +113,7 @@ def claim_template(server: str) -> str:
     return name
 
 
-def bench_lease_statement(server: str, template: str) -> Figures:
+def bench_lease_statement(server: Cluster, template: str) -> Figures:
     """``lease_due`` (batch 100, one tenant) vs the bare claim on the deliveries and the bare
     claim on ``due_queue``, on three copies of one table, statement after statement in
     alternation (autocommit: one statement, one transaction)."""
@@ -184,7 +187,7 @@ class WarmScanner:
     from tick to tick, the in-memory queue emptied and the leases settled between ticks (as
     consumers would; not timed), and the backlog topped up to its size."""
 
-    def __init__(self, server: str, name: str, due_rows: int, per_tick: int) -> None:
+    def __init__(self, server: Cluster, name: str, due_rows: int, per_tick: int) -> None:
         self.conn, self.url = fresh_db(server, name)
         backlog(self.conn, due_rows=due_rows)
         row = self.conn.execute("select id from schedules where schedule_key = 'fan-big'"
@@ -213,7 +216,7 @@ class WarmScanner:
         self.conn.close()
 
 
-def bench_tick(server: str, pgqueuer: pgq.PgQueuer | None, claim_tpl: str) -> Figures:
+def bench_tick(server: Cluster, pgqueuer: pgq.PgQueuer | None, claim_tpl: str) -> Figures:
     """Whole ticks (reclaim, series, budget, fair lease passes, publish, overdue) of 2,000 rows
     (20 passes of 100) with a 10,000 and a 100,000 due backlog, in alternation after one
     warm-up round. With PgQueuer installed, its dequeue runs in the same alternation (batches
@@ -316,7 +319,7 @@ def live_leases_cost(warm: WarmScanner) -> Figures:
 # ---------------------------------------------------------------- 3. index entries read
 
 
-def bench_index_reads(server: str) -> Figures:
+def bench_index_reads(server: Cluster) -> Figures:
     """On a 1,000,000-row table (900,000 sent, 100,000 due), after a tick of 2,000 rows (so
     2,000 live leases and the index entries earlier passes left behind): index entries the
     statements return (pg_stat_user_indexes.idx_tup_read) per leased row."""
@@ -337,7 +340,7 @@ def bench_index_reads(server: str) -> Figures:
                       ("bare_claim_due_queue", BARE_CLAIM_DUE_QUEUE)):
         if name == "bare_claim_due_queue":  # its own index, there only while it runs
             conn.execute(DUE_QUEUE_CLAIM_INDEX)
-        each = [index_reads(conn, lease(sql)) for _ in range(3)]
+        each = [index_reads(server, conn, lease(sql)) for _ in range(3)]
         figures[f"{name}_per_leased_row"] = statistics.median(
             sum(r.values()) for r in each) / BATCH
         figures[f"{name}_by_index"] = each[-1]
@@ -359,13 +362,14 @@ def bench_index_reads(server: str) -> Figures:
     by_statement = {}
     for label, (name, params) in statements.items():
         by_statement[label] = sum(index_reads(
-            conn, partial(db.fetch_all, conn, name, params)).values())
+            server, conn, partial(db.fetch_all, conn, name, params)).values())
     figures["tick_statements"] = by_statement
     live = int((db.fetch_one(conn, "live_leases") or {})["n"])
     rt = runtime(url, FixedClock(NOW), MemoryQueue(), {"webhook": RecordingChannel()},
                  scan_batch=BATCH, inflight_budget=live + BATCH)
     summaries: list[scanner.TickSummary] = []
-    reads = index_reads(rt.connection(), lambda: summaries.append(scanner.tick(rt)))
+    reads = index_reads(server, rt.connection(),
+                        lambda: summaries.append(scanner.tick(rt)))
     rt.close()
     figures["whole_tick_leased"] = summaries[0].leased
     figures["whole_tick_per_leased_row"] = sum(reads.values()) / max(1, summaries[0].leased)
@@ -376,7 +380,7 @@ def bench_index_reads(server: str) -> Figures:
 # ---------------------------------------------------------------- 4. consumer round trips
 
 
-def bench_consumer(server: str) -> Figures:
+def bench_consumer(server: Cluster) -> Figures:
     """Round trips of ``process_batch`` (libpq trace, as tests/integration/test_promises.py),
     and a batch's time and index reads with 1,000 vs 20,000 live leases."""
     conn, url = fresh_db(server, "bench_consumer")
@@ -397,10 +401,13 @@ def bench_consumer(server: str) -> Figures:
     def batches(n: int) -> tuple[float, float]:
         times: list[float] = []
         reads: list[int] = []
-        for i in range(n):  # timed alone, or counted (the counting adds statements)
+        # Timed alone, or counted (the counting adds statements); the counted ones last: the
+        # counting closes the pooler's server connections, and a batch right after one would
+        # pay a new backend's start.
+        for i in range(n):
             work = partial(consumer.process_batch, sqs_event(queue.take(10)), rt)
-            if i % 3 == 2:
-                reads.append(sum(index_reads(service, work).values()))
+            if i >= n - n // 3:
+                reads.append(sum(index_reads(server, service, work).values()))
             else:
                 times.append(timed(work))
         return statistics.median(times), statistics.median(reads)
@@ -426,7 +433,7 @@ def bench_consumer(server: str) -> Figures:
 # ---------------------------------------------------------------- 5. webhooks at 200 ms
 
 
-def bench_consumer_webhooks(server: str) -> Figures:
+def bench_consumer_webhooks(server: Cluster) -> Figures:
     """A batch of 10 webhooks to the local receiver answering in 200 ms, through the real
     webhook channel: sends run together vs one after another (REMINDERS_SEND_CONCURRENCY=1),
     and vs a batch of one message (one send's time, database work included)."""
@@ -470,7 +477,7 @@ def bench_consumer_webhooks(server: str) -> Figures:
 # ---------------------------------------------------------------- 6. fairness
 
 
-def bench_fairness(server: str) -> Figures:
+def bench_fairness(server: Cluster) -> Figures:
     """A large tenant's fan-out of 20,000 due at T, a small tenant's 10 one-offs due at T+60 s.
     Tick at T (in-flight budget 1,000; the consumers then take everything: leases settled, not
     timed), tick at T+60 s: which pass leases the small tenant's reminders. Reference: the bare
@@ -492,7 +499,7 @@ def bench_fairness(server: str) -> Figures:
     queue.clear()
     rt = runtime(url, FixedClock(NOW + timedelta(seconds=60)), queue,
                  {"webhook": RecordingChannel()}, scan_batch=BATCH, inflight_budget=budget)
-    reads = index_reads(rt.connection(), lambda: scanner.tick(rt))
+    reads = index_reads(server, rt.connection(), lambda: scanner.tick(rt))
     rt.close()
     leased_passes = [i + 1 for i, (_, ids) in enumerate(queue.passes) if small & set(ids)]
     first_pass_rows = len(queue.passes[0][1]) if queue.passes else 0
@@ -526,7 +533,7 @@ def bench_fairness(server: str) -> Figures:
 # ---------------------------------------------------------------- 7. the burst
 
 
-def bench_burst(server: str, size: int) -> Figures:
+def bench_burst(server: Cluster, size: int) -> Figures:
     """``size`` deliveries due within one minute: 90 % one fan-out due at T0 (the API takes
     50,000 recipients per call, so calls of 45,000 at most), 10 % one-offs of 100 other tenants
     due at random instants in [T0, T0+60 s). One scanner thread runs ``scanner.tick`` again as
@@ -636,7 +643,7 @@ def bench_burst(server: str, size: int) -> Figures:
     return figures
 
 
-def scanner_alone(server: str, template: str, size: int) -> Figures:
+def scanner_alone(server: Cluster, template: str, size: int) -> Figures:
     """The same burst on a copy, every delivery due, no consumer, an in-flight budget as large
     as the burst: how fast back-to-back ticks hand it all to the queue."""
     conn, url = fresh_db(server, f"{template}_scanner", template)
@@ -659,23 +666,24 @@ def scanner_alone(server: str, template: str, size: int) -> Figures:
 # ---------------------------------------------------------------- PgQueuer
 
 
-def start_pgqueuer(server: str) -> tuple[pgq.PgQueuer | None, Figures]:
+def start_pgqueuer(server: Cluster) -> tuple[pgq.PgQueuer | None, Figures]:
     reason = pgq.missing()
     if reason is not None:
         return None, {"skipped": reason}
-    url = db.create_database(server, "bench_pgqueuer")
-    queue = pgq.PgQueuer(url)
+    db.create_database(server.direct, "bench_pgqueuer")
+    queue = pgq.PgQueuer(server.url("bench_pgqueuer"))
     queue.fill(200_000)  # batches of 100, then of 1,000 (at_deployed_batch)
     for _ in range(5):
         queue.dequeue(BATCH)
     return queue, {**pgq.versions(), "jobs_queued": 200_000, "batch": BATCH,
+                   "through": "the same PgBouncer (asyncpg's statement cache off)",
                    "measured_in": "scanner_tick (alternating with the ticks)"}
 
 
 # ---------------------------------------------------------------- 8. the earlier figures
 
 
-def bench_fan_out(server: str) -> Figures:
+def bench_fan_out(server: Cluster) -> Figures:
     conn, _ = fresh_db(server, "bench_fanout")
     n = 2000
     bulk = timed(lambda: schedules.schedule(
@@ -694,7 +702,7 @@ def bench_fan_out(server: str) -> Figures:
             "single_over_bulk": single / bulk}
 
 
-def bench_lease(server: str) -> Figures:
+def bench_lease(server: Cluster) -> Figures:
     """Leasing 1,000 due rows (one statement) with 10,000 vs 100,000 rows in the table."""
     figures: Figures = {}
     for rows in (10_000, 100_000):
@@ -718,7 +726,7 @@ def bench_lease(server: str) -> Figures:
     return figures
 
 
-def bench_recheck(server: str) -> Figures:
+def bench_recheck(server: Cluster) -> Figures:
     conn, _ = fresh_db(server, "bench_recheck")
     add_schedule(conn, tenant="t", key="k", due=NOW, recipients=[f"r{i}" for i in range(1000)])
     ids = [r["id"] for r in conn.execute("select id from deliveries limit 10").fetchall()]
@@ -745,20 +753,26 @@ def bench_recurrence() -> Figures:
 # ---------------------------------------------------------------- the run
 
 
-def machine(server: str) -> Figures:
+def machine(server: Cluster) -> Figures:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     memory = next((int(line.split()[1]) for line in
                    Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal")), 0)
-    with db.connect(server) as conn:
+    with db.connect(server.direct) as conn:
         settings = {r["name"]: r["setting"] for r in conn.execute("""
             select name, setting from pg_settings
             where name in ('server_version', 'shared_buffers', 'synchronous_commit',
                            'fsync', 'max_connections')""").fetchall()}
+    version = subprocess.run([pooler.binary(), "--version"], capture_output=True, text=True,
+                             check=False).stdout.splitlines()
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": round(memory / 2**20, 1),
             "python": platform.python_version(), "postgres": settings,
+            "pooler": {"version": version[0] if version else "?",
+                       "pool_mode": "transaction", "server_reset_query": "DISCARD ALL",
+                       "server_round_robin": 1, "default_pool_size": 20,
+                       "server_idle_timeout_s": 5},
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -788,39 +802,44 @@ def main() -> int:
         print(f"{name}: {results[name]['bench_s']:.1f} s", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="reminders-bench-") as tmp:
-        server = stack.start_postgres(Path(tmp) / "pg", keep_running=False)
-        results["machine"] = machine(server)
-        make_base(server)
-        # 100,000 rows to copy: built only when a figure that uses it runs.
-        claim_tpl = (claim_template(server)
-                     if not only or only & {"lease_statement", "scanner_tick"}
-                     else "")
-        pgqueuer, pgq_figures = (start_pgqueuer(server)
-                                 if not only or only & {"scanner_tick"}
-                                 else (None, {}))
-        results["pgqueuer"] = pgq_figures
-        figure("lease_statement", lambda: bench_lease_statement(server, claim_tpl))
-        figure("scanner_tick", lambda: bench_tick(server, pgqueuer, claim_tpl))
-        if pgqueuer is not None:
-            pgqueuer.close()
-        figure("index_reads", lambda: bench_index_reads(server))
-        figure("consumer", lambda: bench_consumer(server))
-        figure("consumer_webhooks", lambda: bench_consumer_webhooks(server))
-        figure("consumer_batch_size", lambda: bench_consumer_batch_size(server))
-        figure("consumer_database", lambda: bench_consumer_database(server))
-        figure("fairness", lambda: bench_fairness(server))
-        figure("burst", lambda: bench_burst(server, burst))
-        figure("fan_out", lambda: bench_fan_out(server))
-        figure("publisher_fan_out", lambda: bench_publisher_fan_out(server))
-        figure("lease", lambda: bench_lease(server))
-        figure("recheck", lambda: bench_recheck(server))
-        figure("recurrence", bench_recurrence)
-        figure("cold_start", bench_cold_start)
-        figure("aws_calls", bench_aws_calls)
-        figure("cold_start_lambda_python", bench_cold_start_runtime_python)
-        figure("cost", lambda: bench_cost(server))
-        figure("console", lambda: bench_console(server))
-        figure("counts_trigger", lambda: bench_counts_trigger(server))
+        direct = stack.start_postgres(Path(tmp) / "pg", keep_running=False)
+        bouncer = pooler.start(direct, Path(tmp) / "pooler", stack.free_port())
+        server = Cluster(direct=direct, pooler=bouncer)
+        try:
+            results["machine"] = machine(server)
+            make_base(server)
+            # 100,000 rows to copy: built only when a figure that uses it runs.
+            claim_tpl = (claim_template(server)
+                         if not only or only & {"lease_statement", "scanner_tick"}
+                         else "")
+            pgqueuer, pgq_figures = (start_pgqueuer(server)
+                                     if not only or only & {"scanner_tick"}
+                                     else (None, {}))
+            results["pgqueuer"] = pgq_figures
+            figure("lease_statement", lambda: bench_lease_statement(server, claim_tpl))
+            figure("scanner_tick", lambda: bench_tick(server, pgqueuer, claim_tpl))
+            if pgqueuer is not None:
+                pgqueuer.close()
+            figure("index_reads", lambda: bench_index_reads(server))
+            figure("consumer", lambda: bench_consumer(server))
+            figure("consumer_webhooks", lambda: bench_consumer_webhooks(server))
+            figure("consumer_batch_size", lambda: bench_consumer_batch_size(server))
+            figure("consumer_database", lambda: bench_consumer_database(server))
+            figure("fairness", lambda: bench_fairness(server))
+            figure("burst", lambda: bench_burst(server, burst))
+            figure("fan_out", lambda: bench_fan_out(server))
+            figure("publisher_fan_out", lambda: bench_publisher_fan_out(server))
+            figure("lease", lambda: bench_lease(server))
+            figure("recheck", lambda: bench_recheck(server))
+            figure("recurrence", bench_recurrence)
+            figure("cold_start", bench_cold_start)
+            figure("aws_calls", bench_aws_calls)
+            figure("cold_start_lambda_python", bench_cold_start_runtime_python)
+            figure("cost", lambda: bench_cost(server))
+            figure("console", lambda: bench_console(server))
+            figure("counts_trigger", lambda: bench_counts_trigger(server))
+        finally:
+            bouncer.stop()
         # Stopped before its directory goes: a server still writing WAL there (a checkpoint
         # after the write-heavy figures) makes the removal fail.
         stack.stop_postgres(Path(tmp) / "pg")

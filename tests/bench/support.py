@@ -2,9 +2,13 @@
 records its sends, runtimes for the scanner and the consumer, index-read counters, and webhook
 receivers in a process of their own (HTTP and HTTPS) with a consumer held to one CPU.
 
-Postgres is always the real (embedded) server. The queue and the channel are in-process
-stand-ins: the figures measure the service's own work and its database statements, not SQS
-(moto's SQS slows down with queue depth, so it is never used here) nor a network.
+Postgres is always the real (embedded) server, and every service-side statement reaches it
+through a PgBouncer in transaction mode in front of it (the local stand-in for RDS Proxy,
+reminders.local.pooler), as the deployed functions reach theirs: databases are created, cloned
+and migrated on the server itself (:class:`Cluster`), everything timed runs on their pooled
+URLs. The queue and the channel are in-process stand-ins: the figures measure the service's own
+work and its database statements, not SQS (moto's SQS slows down with queue depth, so it is
+never used here) nor a network.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from reminders.channels.base import Message, Outcome, SendResult
 from reminders.channels.webhook import WebhookChannel
 from reminders.clock import Clock
 from reminders.db import migrate
+from reminders.local import pooler
 from reminders.local.receiver import WebhookReceiver
 from reminders.queue import LeaseMessage, Rejected
 from reminders.runtime import Runtime
@@ -48,18 +53,75 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def make_base(server: str) -> None:
-    with db.connect(db.create_database(server, BASE)) as conn:
+@dataclass(frozen=True)
+class Cluster:
+    """The benchmark's Postgres: ``direct`` reaches the server itself (its ``postgres``
+    database: creating, cloning and migrating databases, reading statistics), ``pooler`` is
+    the PgBouncer every service-side session goes through."""
+
+    direct: str
+    pooler: pooler.Pooler
+
+    def direct_url(self, name: str) -> str:
+        return db.with_database(self.direct, name)
+
+    def url(self, name: str) -> str:
+        """The database ``name`` as the service reaches it: through the pooler."""
+        return self.pooler.url(self.direct, name)
+
+    def release(self, name: str, seconds: float = 15.0) -> None:
+        """Have the pooler close its server connections to ``name`` and wait until the
+        server has no client session of it left (a direct session of ours excepted): before
+        the database is cloned (a template must have no session) and, for
+        :func:`index_reads`, so every backend that ran work on it has flushed its statistics
+        (a backend flushes them as it exits)."""
+        with db.connect(self.direct_url(name)) as conn:
+            def others() -> int:
+                row = conn.execute("""
+                    select count(*) as n from pg_stat_activity
+                    where datname = current_database() and pid <> pg_backend_pid()
+                      and backend_type = 'client backend'""").fetchone()
+                return int((row or {"n": 0})["n"])
+
+            if not others():
+                return
+            self.pooler.reconnect(self.direct, name)
+            deadline = time.monotonic() + seconds
+            while others():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sessions of {name} still open after {seconds} s")
+                time.sleep(0.01)
+
+
+def make_base(server: Cluster) -> None:
+    with db.connect(db.create_database(server.direct, BASE)) as conn:
         migrate.apply(conn)
+    with db.connect(server.url(BASE)) as conn:
         # A plaintext row, as before secrets were sealed: the benchmark runs without KMS.
         conn.execute("insert into endpoints (url, secret) values (%s, %s)", (URL, SECRET))
 
 
-def fresh_db(server: str, name: str, template: str = BASE) -> tuple[db.Connection, str]:
-    """A copy of ``template`` (it must have no open connection)."""
-    db.drop_database(server, name)
-    url = db.create_database(server, name, template=template)
+def fresh_db(server: Cluster, name: str, template: str = BASE) -> tuple[db.Connection, str]:
+    """A copy of ``template``, made and migrated on the server itself (its role settings,
+    search_path and timeouts, are per database and not copied with it), as the service
+    reaches it: a connection through the pooler, and its pooled URL."""
+    server.release(template)
+    db.drop_database(server.direct, name)
+    with db.connect(db.create_database(server.direct, name, template=template)) as conn:
+        migrate.apply(conn)
+    url = server.url(name)
     return db.connect(url), url
+
+
+@contextlib.contextmanager
+def untimed(conn: db.Connection) -> Iterator[db.Connection]:
+    """A transaction of the benchmark's own set-up (building large tables), without the
+    login's statement and lock timeouts (its role settings, the service's: 30 s and 5 s).
+    ``SET LOCAL``: a session ``SET`` would not outlive its transaction behind the pooler."""
+    with db.transaction(conn):
+        conn.execute("set local statement_timeout = 0")
+        conn.execute("set local lock_timeout = 0")
+        yield conn
 
 
 def add_schedule(conn: db.Connection, *, tenant: str, key: str, due: datetime,
@@ -76,7 +138,8 @@ def add_rows(conn: db.Connection, *, tenant: str, schedule_id: int, count: int,
     """``count`` more deliveries of a schedule in one statement, shaped as ``schedule()``
     writes them (a fan-out's recipients ``r<first>`` ...). Much faster than the API for
     building large tables; the rows are indistinguishable to the scanner."""
-    conn.execute("""
+    with untimed(conn):
+        conn.execute("""
         insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
                                 delivery_key, occurrence_at, revision, due_at, state, reason,
                                 created_at, updated_at)
@@ -196,33 +259,38 @@ def sqs_event(bodies: Sequence[str]) -> dict[str, Any]:
 def settle_leased(conn: db.Connection) -> int:
     """What consumers would do, outside any timing: every live lease, pending or taken, ends
     ``sent``."""
-    return conn.execute("""
+    with untimed(conn):
+        return conn.execute("""
         update deliveries set state = 'sent', reason = 'bench', lease_token = null,
                               lease_expires_at = null
         where state = 'leased'
            or id = any(array(select id from due_queue where token is not null))""").rowcount
 
 
-def index_reads(conn: db.Connection, work: Callable[[], Any]) -> dict[str, int]:
+def index_reads(server: Cluster, conn: db.Connection, work: Callable[[], Any],
+                ) -> dict[str, int]:
     """Index entries each index of ``deliveries`` and of ``due_queue`` (the due set the
-    scanner leases from) returned while ``work`` ran on ``conn``
-    (``pg_stat_user_indexes.idx_tup_read`` before and after; the session flushes its
-    counters before it answers ``pg_stat_force_next_flush()``)."""
+    scanner leases from) returned while ``work`` ran on ``conn``, a pooled connection
+    (``pg_stat_user_indexes.idx_tup_read`` before and after). A backend flushes its counters
+    now and then, and as it exits; behind the pooler ``work``'s transactions run on whichever
+    server connection is free, so before each snapshot the pooler's server connections to the
+    database are closed (:meth:`Cluster.release`) and the snapshot is read on the server
+    itself. Nothing else runs on the database meanwhile."""
+    database = str(conn.info.dbname)
 
     def snapshot() -> dict[str, int]:
-        rows = conn.execute("""
-            select indexrelname, idx_tup_read from pg_stat_user_indexes
-            where relname in ('deliveries', 'due_queue')""").fetchall()
+        server.release(database)
+        with db.connect(server.direct_url(database)) as direct:
+            rows = direct.execute("""
+                select indexrelname, idx_tup_read from pg_stat_user_indexes
+                where relname in ('deliveries', 'due_queue')""").fetchall()
         return {r["indexrelname"]: int(r["idx_tup_read"]) for r in rows}
 
-    conn.execute("select pg_stat_force_next_flush()")  # earlier work is counted before
     before = snapshot()
     work()
-    conn.execute("select pg_stat_force_next_flush()")  # flushed before this answers
     after = snapshot()
     return {name: after[name] - before.get(name, 0) for name in after
             if after[name] != before.get(name, 0)}
-
 
 
 def percentile(values: Sequence[float], p: float) -> float:
