@@ -1057,7 +1057,8 @@ def cmd_console(args: argparse.Namespace) -> int:
                                    queues=lambda: operator.queue_counts(settings),
                                    actor=operator.current_user(), refresh_seconds=args.refresh,
                                    read_timeout_ms=args.statement_timeout * 1000),
-              host=args.host, port=args.port)
+              host=args.host, port=args.port, extra_hosts=tuple(args.allowed_host),
+              behind_proxy=args.behind_proxy)
     return 0
 
 
@@ -1443,7 +1444,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "machine only by default. E.g. `reminders console --port "
                                    "8765`, then open http://127.0.0.1:8765/.")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only)")
+                   help="address to listen on (default 127.0.0.1: this machine only; on any "
+                        "other address every browser needs the access token printed at start, "
+                        "or --behind-proxy)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name the console also answers to (its Host header, port "
+                        "aside), beside this machine's and the --host address; repeatable")
+    p.add_argument("--behind-proxy", metavar="HEADER",
+                   help="the header an authenticating proxy in front sets (e.g. "
+                        "X-Forwarded-User): requests without it are refused, and no token is "
+                        "needed")
     p.add_argument("--port", type=_count("--port", 1, 65535), default=8765,
                    help="port to listen on (default 8765)")
     p.add_argument("--refresh", type=_count("--refresh", 2, 3600), default=10,

@@ -32,7 +32,13 @@ from starlette.templating import Jinja2Templates
 from reminders import db, operator
 from reminders.cli_format import duration
 from reminders.console.charts import lateness_svg
-from reminders.console.serve import ConsoleContext
+from reminders.console.serve import (
+    ACCESS_COOKIE,
+    ACCESS_PARAMETER,
+    Access,
+    ConsoleContext,
+    allowed_hosts,
+)
 from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound, RemindersError
 from reminders.reasons import MAX_REASON_LENGTH, checked_reason
 
@@ -112,7 +118,58 @@ def _query(values: dict[str, Any]) -> str:
     return urlencode(clean)
 
 
-def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starlette:
+class AccessGate:
+    """Refuses what may not use the console before any page runs: without the proxy's header
+    (behind an authenticating proxy), or without the access token's cookie (on a non-loopback
+    address). The token itself, given once in the URL printed at start, is exchanged for an
+    HttpOnly, SameSite=Strict cookie and taken out of the address bar."""
+
+    def __init__(self, app: Any, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or (self.access.token is None
+                                        and self.access.proxy_header is None):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        if self.access.proxy_header is not None:
+            if request.headers.get(self.access.proxy_header, "").strip():
+                await self.app(scope, receive, send)
+                return
+            await _refused(scope, receive, send, 403, f"no {self.access.proxy_header} header: "
+                           "this console answers only through its authenticating proxy")
+            return
+        token = self.access.token
+        assert token is not None
+        if hmac.compare_digest(request.cookies.get(ACCESS_COOKIE, ""), token):
+            await self.app(scope, receive, send)
+            return
+        given = request.query_params.get(ACCESS_PARAMETER)
+        if given is not None and hmac.compare_digest(given, token):
+            rest = [(k, v) for k, v in request.query_params.multi_items()
+                    if k != ACCESS_PARAMETER]
+            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            response = Response(status_code=303, headers={"Location": target, **SECURITY_HEADERS})
+            response.set_cookie(ACCESS_COOKIE, token, httponly=True, samesite="strict",
+                                path="/")
+            await response(scope, receive, send)
+            return
+        await _refused(scope, receive, send, 401, "open the console with the URL it printed "
+                       "when it started (its access token)")
+
+
+async def _refused(scope: Any, receive: Any, send: Any, code: int, why: str) -> None:
+    from html import escape
+
+    response = Response(f"<!doctype html><title>Refused</title><p>{escape(why)}</p>",
+                        status_code=code, media_type="text/html", headers=SECURITY_HEADERS)
+    await response(scope, receive, send)
+
+
+def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
+               access: Access | None = None) -> Starlette:
     token = secrets.token_urlsafe(32)  # this process's: a console restarted needs a reload
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
@@ -360,7 +417,9 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None) -> Starle
         Route("/actions/tenant", tenant_run, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts or ["*"])]
+    middleware = [Middleware(TrustedHostMiddleware,
+                             allowed_hosts=hosts or allowed_hosts("127.0.0.1")),
+                  Middleware(AccessGate, access=access or Access())]
     return Starlette(routes=routes, middleware=middleware)
 
 

@@ -26,26 +26,69 @@ class ConsoleContext:
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# The cookie an access token is exchanged for (HttpOnly, SameSite=Strict), and the query
+# parameter of the one URL printed at start.
+ACCESS_COOKIE = "reminders_console_access"
+ACCESS_PARAMETER = "access_token"
 
 
-def allowed_hosts(host: str) -> list[str]:
-    """Host headers the console answers: this machine's names, and the address it was told to
-    listen on (a page from elsewhere that rebinds its name to 127.0.0.1 is refused)."""
-    if host in ("0.0.0.0", "::"):
-        return ["*"]
-    return sorted({*LOCAL_HOSTS, "[::1]", host})
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in LOCAL_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
-def run(ctx: ConsoleContext, *, host: str, port: int) -> None:
+def allowed_hosts(host: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """Host headers the console answers: this machine's names, the concrete address it was
+    told to listen on, and the names given with --allowed-host; never a wildcard (a page from
+    elsewhere that rebinds its name to this address is refused). Listening on every address,
+    only --allowed-host names reach it from elsewhere."""
+    named = () if host in WILDCARD_HOSTS else (f"[{host}]" if ":" in host else host,)
+    return sorted({*LOCAL_HOSTS, "[::1]", *named, *extra})
+
+
+@dataclass(frozen=True)
+class Access:
+    """How a request proves it may use the console: nothing more on loopback (only this
+    machine reaches it); else the secret token printed at start (exchanged for a cookie), or
+    the header an authenticating proxy in front sets."""
+
+    token: str | None = None
+    proxy_header: str | None = None
+
+
+def access_for(host: str, behind_proxy: str | None) -> Access:
+    import secrets
+
+    if behind_proxy:
+        return Access(proxy_header=behind_proxy)
+    if is_loopback(host):
+        return Access()
+    return Access(token=secrets.token_urlsafe(32))
+
+
+def run(ctx: ConsoleContext, *, host: str, port: int, extra_hosts: tuple[str, ...] = (),
+        behind_proxy: str | None = None) -> None:
     import uvicorn
 
     from reminders.console.app import create_app
 
-    app = create_app(ctx, hosts=allowed_hosts(host))
-    if host not in LOCAL_HOSTS:
-        sys.stderr.write(f"reminders: console: warning: listening on {host}, not only this "
-                         "machine; anyone who can reach it can act as you\n")
+    access = access_for(host, behind_proxy)
+    app = create_app(ctx, hosts=allowed_hosts(host, extra_hosts), access=access)
     shown = f"[{host}]" if ":" in host else host
+    if access.token is not None:
+        sys.stderr.write(f"reminders: console: listening on {host}, not only this machine: "
+                         "open it once with this URL (its token is shown only now):\n"
+                         f"  http://{shown}:{port}/?{ACCESS_PARAMETER}={access.token}\n")
+    elif access.proxy_header is not None:
+        sys.stderr.write(f"reminders: console: every request must carry {access.proxy_header}, "
+                         "set by the authenticating proxy in front of it\n")
     sys.stderr.write(f"reminders: console on http://{shown}:{port}/ (Ctrl-C stops it)\n")
     sys.stderr.flush()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
