@@ -60,7 +60,7 @@ class Server:
         try:
             conn.request("GET", path, headers={"Host": "127.0.0.1", **(headers or {})})
             response = conn.getresponse()
-            response.body = response.read()
+            response.body = response.read()  # type: ignore[attr-defined]
             return response
         finally:
             conn.close()
