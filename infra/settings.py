@@ -7,6 +7,7 @@ Every value can be overridden with ``-c name=value`` (strings) or in ``cdk.json`
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -171,6 +172,9 @@ class Settings:
     # instance for port-forwarding to the proxy as well)
     operator_access: str = ""
     ops_timeout_seconds: int = 120
+    # The roles that administer the webhook secrets' KMS key (IAM role ARNs); empty: the CDK
+    # bootstrap's CloudFormation execution role, which deploys the stack.
+    key_administrators: tuple[str, ...] = ()
 
     # functions
     log_retention_days: int = 30
@@ -323,6 +327,10 @@ class Settings:
         return max(self.send_timeout_seconds, AWS_CHANNEL_SEND_SECONDS)
 
     def validate(self) -> Settings:
+        for arn in self.key_administrators:
+            if not _ROLE_ARN.fullmatch(arn):
+                raise SettingsError(f"keyAdministrators must be IAM role ARNs "
+                                    f"(arn:aws:iam::123456789012:role/name), got {arn!r}")
         if self.max_receive_count < 5:
             raise SettingsError("maxReceiveCount must be at least 5")
         if not 1 <= self.deliveries_retention_days < 14:
@@ -537,6 +545,9 @@ class Settings:
             region=settings.region or env.get(DEFAULT_REGION_ENV, ""),
         )
         return settings.validate()
+
+
+_ROLE_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
 
 
 def _camel(name: str) -> str:

@@ -51,7 +51,8 @@ class RemindersStack(Stack):
         # Webhook signing secrets are sealed under this key; only the consumer opens them.
         consumer_role = self.functions.consumer.role
         assert consumer_role is not None
-        self.secrets_key = SecretsKey(self, "SecretsKey", decrypters=[consumer_role])
+        self.secrets_key = SecretsKey(self, "SecretsKey", decrypters=[consumer_role],
+                                      administrators=settings.key_administrators)
         self.migrations = Migrations(
             self,
             "Migrations",
