@@ -236,6 +236,20 @@ def sts_endpoint_from_env(env: Mapping[str, str]) -> str:
     return endpoint
 
 
+# Arguments that name a person (a recipient's address or number, or a delivery key, which holds
+# one): logged as a short digest, enough to match two log lines, never the value. The logs are
+# kept for 30 days and readable by more people than the database.
+PERSONAL_ARGUMENTS = frozenset({"recipient", "key"})
+
+
+def redacted(arguments: dict[str, Any]) -> dict[str, Any]:
+    import hashlib
+
+    return {name: (f"redacted:{hashlib.sha256(str(value).encode()).hexdigest()[:12]}"
+                   if name in PERSONAL_ARGUMENTS and value is not None else value)
+            for name, value in arguments.items()}
+
+
 def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable[[], datetime],
            queue_counts: Callable[[], dict[str, dict[str, int]]] | None, sts_endpoint: str,
            account: str | None, request_id: str = "") -> dict[str, Any]:
@@ -260,7 +274,8 @@ def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable
             "claimed_arn": request.claimed_arn if request else None,
             "request_id": request_id})
         return result
-    audit = {"command": request.command, "arguments": request.args, "caller_arn": caller.arn,
+    audit = {"command": request.command, "arguments": redacted(request.args),
+             "caller_arn": caller.arn,
              "claimed_arn": request.claimed_arn, "write": request.command in WRITES,
              "request_id": request_id}
     logger.info("operator command", extra=audit)

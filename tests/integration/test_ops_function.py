@@ -448,3 +448,41 @@ def test_stack_exits_5_when_the_functions_sts_is_down(
     assert got.err.startswith("reminders: error: identity: STS could not be reached at "
                               f"{own_sts.url} (")
     assert one(conn, "select state from schedules")["state"] == "active"
+
+
+def test_the_log_never_holds_a_recipient_or_a_delivery_key(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli) -> None:
+    """The operations function's log (kept 30 days) records each command and its arguments;
+    a recipient filter and a delivery key name a person, and are logged as digests."""
+    import logging
+
+    from reminders.observability import logger
+
+    schedule(cli)
+    key = json.loads(cli("list", "--json").out)[0]["delivery_key"]
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        assert invoke(sts, "list", {"recipient": "a@example.com"})["code"] == 0
+        assert invoke(sts, "show", {"key": key})["code"] == 0
+    finally:
+        logger.removeHandler(keep)
+    audits = [r for r in records if r.getMessage() == "operator command done"]
+    assert len(audits) == 2
+    logged = " ".join(str(vars(r)) for r in records)
+    assert "a@example.com" not in logged and key not in logged
+    assert [str(getattr(r, "arguments", {})) for r in audits] == [
+        str({"recipient": f"redacted:{_digest('a@example.com')}"}),
+        str({"key": f"redacted:{_digest(key)}"})]
+
+
+def _digest(value: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(value.encode()).hexdigest()[:12]
