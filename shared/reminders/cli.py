@@ -38,20 +38,27 @@ BULK_STATES = ("unknown", "failed", "dead", "stale", "suppressed")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"reminders: error: {message}{_did_you_mean(message)} (see --help)\n")
+        suggestion = _did_you_mean(message)
+        if suggestion is not None:  # first and alone, as gh and git say it
+            wrong, close = suggestion
+            sys.stderr.write(f"reminders: error: unknown {wrong!r}; did you mean {close!r}? "
+                             "(see --help)\n")
+        else:
+            sys.stderr.write(f"reminders: error: {message} (see --help)\n")
         raise SystemExit(2)
 
 
-def _did_you_mean(message: str) -> str:
-    """For a mistyped command or choice: the closest valid one, if any is close."""
+def _did_you_mean(message: str) -> tuple[str, str] | None:
+    """For a mistyped command or choice: (what was typed, the closest valid one), if any is
+    close."""
     import difflib
 
     found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
     if not found:
-        return ""
+        return None
     choices = re.findall(r"'?([\w.-]+)'?", found.group(2))
     close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return (found.group(1), close[0]) if close else None
 
 
 EXIT_STATUSES = (

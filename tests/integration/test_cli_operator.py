@@ -432,7 +432,8 @@ def test_bulk_reconcile_with_a_dry_run_a_limit_and_a_recorded_reason(
 def test_a_mistyped_command_gets_a_suggestion_and_version_is_a_flag(cli: Cli) -> None:
     got = cli("stauts")
     assert (got.code, got.out) == (2, "")
-    assert got.err.rstrip().endswith("; did you mean 'status'? (see --help)")
+    # The suggestion first and alone, not after the list of every command.
+    assert got.err == "reminders: error: unknown 'stauts'; did you mean 'status'? (see --help)\n"
     version = cli("--version")
     assert (version.code, version.err) == (0, "")
     assert version.out.startswith("reminders ")
