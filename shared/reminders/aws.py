@@ -10,6 +10,7 @@ line, CloudFormation, STS)."""
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from typing import Any
 
@@ -25,18 +26,25 @@ DEFAULT_LIMITS = Limits(attempts=3, connect_timeout=3, read_timeout=10, pool=64)
 def client(service: str) -> Any:
     import boto3
 
-    return boto3.client(service, config=boto_config(DEFAULT_LIMITS))  # type: ignore[call-overload]
+    return boto3.client(service, region_name=region_name(),  # type: ignore[call-overload]
+                        config=boto_config(DEFAULT_LIMITS))
+
+
+def region_name() -> str | None:
+    """``AWS_DEFAULT_REGION`` or the profile's region, as botocore reads them, else
+    ``AWS_REGION`` (which the other SDKs and Lambda set, and botocore does not read)."""
+    import boto3
+
+    return boto3.session.Session().region_name or os.environ.get("AWS_REGION") or None
 
 
 def region() -> str:
-    """The region the command line's boto3 clients use (``AWS_DEFAULT_REGION``, else the
-    profile's), so STS is the stack's region's."""
-    import boto3
-
-    name = boto3.session.Session().region_name
+    """The region the command line's boto3 clients use, so STS is the stack's region's; none
+    set is bad input (exit status 2), never "unreachable"."""
+    name = region_name()
     if not name:
-        raise ConfigError("no AWS region: set AWS_DEFAULT_REGION, or a region in "
-                          "AWS_PROFILE's configuration")
+        raise ConfigError("no AWS region: set AWS_REGION or AWS_DEFAULT_REGION, or a region "
+                          "in AWS_PROFILE's configuration")
     return str(name)
 
 
@@ -59,7 +67,8 @@ def send_client(service: str, config: Any) -> Any:
     """A client for a channel's sends, with the channel's own (no-retry) configuration."""
     import boto3
 
-    return boto3.client(service, config=config)  # type: ignore[call-overload]
+    return boto3.client(service, region_name=region_name(),  # type: ignore[call-overload]
+                        config=config)
 
 
 def runtime_client(service: str, config: Any = None) -> Any:

@@ -105,9 +105,10 @@ def run_remote(command: str, arguments: dict[str, Any], *, stack: str | None,
     if command not in _COMMANDS:
         raise CommandFailed(f"{command} does not run through the operations function",
                             code=EXIT_USAGE)
+    region = aws.region()  # none: bad input, before any client is made
     invoker = _make_invoker(stack, function_name)
     # The proof is signed for the stack's region's STS host, the one the function accepts.
-    return outcome_of(invoker.invoke(request(command, arguments, aws.sts_client(aws.region()))))
+    return outcome_of(invoker.invoke(request(command, arguments, aws.sts_client(region))))
 
 
 _COMMANDS = ("status", "show", "list", "reconcile", "cancel", "tenants pause",

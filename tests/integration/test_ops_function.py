@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -485,3 +488,13 @@ def _digest(value: str) -> str:
     import hashlib
 
     return hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def test_stack_without_a_region_is_bad_input_not_unreachable(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "REMINDERS_"))}
+    env.update({"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "x",
+                "HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none")})
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "--stack", "Reminders",
+                           "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("reminders: error: no AWS region: set AWS_REGION")

@@ -127,5 +127,9 @@ def test_the_command_lines_region_is_the_one_boto3_gives_its_other_clients(
     aws_env.setenv("AWS_DEFAULT_REGION", "eu-central-2")
     assert aws.region() == "eu-central-2"
     aws_env.delenv("AWS_DEFAULT_REGION")
-    with pytest.raises(ConfigError, match="no AWS region: set AWS_DEFAULT_REGION"):
+    aws_env.setenv("AWS_REGION", "eu-west-1")  # what the README tells operators to set
+    assert aws.region() == "eu-west-1"
+    assert aws.client("cloudformation").meta.region_name == "eu-west-1"
+    aws_env.delenv("AWS_REGION")
+    with pytest.raises(ConfigError, match="no AWS region: set AWS_REGION or AWS_DEFAULT_REGION"):
         aws.region()
