@@ -120,3 +120,19 @@ def test_behind_a_proxy_only_requests_with_its_header_get_through(database_url: 
         assert server.get("/", headers={"X-Forwarded-User": "alice"}).status == 200
     finally:
         server.stop()
+
+
+def test_a_busy_port_is_said_and_is_bad_input() -> None:
+    import socket
+
+    from reminders.errors import CommandFailed
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CommandFailed, match=f"cannot listen on 127.0.0.1:{port}") as caught:
+            serve.run(serve.ConsoleContext(connect=lambda: None, now=lambda: datetime.now(UTC),
+                                           queues=lambda: {}, actor="t"),
+                      host="127.0.0.1", port=port)
+    assert caught.value.code == 2

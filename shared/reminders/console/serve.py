@@ -73,12 +73,29 @@ def access_for(host: str, behind_proxy: str | None) -> Access:
     return Access(token=secrets.token_urlsafe(32))
 
 
+def _refuse_a_busy_port(host: str, port: int) -> None:
+    """Say so (exit status 2) when the port is taken, before announcing anything."""
+    import socket
+
+    from reminders.errors import CommandFailed
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandFailed(f"console: cannot listen on {host}:{port}: {exc.strerror} "
+                                "(give another --port)", code=2) from None
+
+
 def run(ctx: ConsoleContext, *, host: str, port: int, extra_hosts: tuple[str, ...] = (),
         behind_proxy: str | None = None) -> None:
     import uvicorn
 
     from reminders.console.app import create_app
 
+    _refuse_a_busy_port(host, port)
     access = access_for(host, behind_proxy)
     app = create_app(ctx, hosts=allowed_hosts(host, extra_hosts), access=access)
     shown = f"[{host}]" if ":" in host else host
