@@ -129,6 +129,13 @@ def test_the_migrations_resource_names_the_app_secret(default: Synthesized) -> N
     # The stack created the database: the migrate function may revoke PUBLIC's database-wide
     # CREATE and TEMPORARY there (never in an existing database, where the property is absent).
     assert migration["Properties"]["OwnsDatabase"] == "true"
+    # The service role's session limits, which it writes as role settings (RDS Proxy refuses
+    # them as startup options): the same the functions are configured with.
+    consumer_env = default.function("consumer")[1]["Properties"]["Environment"]["Variables"]
+    assert (migration["Properties"]["LockTimeoutMs"],
+            migration["Properties"]["StatementTimeoutMs"]) == (
+        consumer_env["REMINDERS_DB_LOCK_TIMEOUT_MS"],
+        consumer_env["REMINDERS_DB_STATEMENT_TIMEOUT_MS"])
 
 
 def test_the_app_role_grants_rerun_when_the_migrate_handler_changes(tmp_path: Path) -> None:

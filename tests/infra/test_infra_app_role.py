@@ -262,3 +262,26 @@ def test_only_the_stack_says_it_owns_the_database() -> None:
     assert _owns_database({}) is False
     with pytest.raises(ConfigError, match="OwnsDatabase"):
         _owns_database({"ResourceProperties": {"OwnsDatabase": "yes"}})
+
+
+def test_the_service_role_s_session_limits_come_from_the_resource_properties() -> None:
+    from functions.migrate.handler import _service_session
+
+    event = {"ResourceProperties": {"LockTimeoutMs": "700", "StatementTimeoutMs": "9000"}}
+    assert _service_session(event, "reminders") == db.SessionDefaults(
+        schema="reminders", lock_timeout_ms=700, statement_timeout_ms=9000)
+    assert _service_session({}, "svc") == db.SessionDefaults(schema="svc")
+    with pytest.raises(ConfigError, match="LockTimeoutMs must be a whole number"):
+        _service_session({"ResourceProperties": {"LockTimeoutMs": "5s"}}, "reminders")
+
+
+def test_the_service_role_starts_its_sessions_with_them(deployment: Deployment) -> None:
+    with db.connect(deployment.master_url) as master:
+        ensure_app_role(master, deployment.app_user, "app-pw", set_password=True,
+                        owns_database=True, session=db.SessionDefaults(
+                            schema="reminders", lock_timeout_ms=700, statement_timeout_ms=9000))
+    with db.connect(deployment.app_url) as app:  # through the pooler, a new session
+        row = app.execute("select current_setting('search_path') as path,"
+                          " current_setting('lock_timeout') as lock,"
+                          " current_setting('statement_timeout') as statement").fetchone()
+    assert row == {"path": "reminders", "lock": "700ms", "statement": "9s"}
