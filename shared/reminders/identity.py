@@ -63,6 +63,21 @@ class Caller:
     arn: str
     account: str
 
+    @property
+    def principal(self) -> dict[str, str]:
+        """Who the ARN says, in parts. For an assumed role the role and the session name
+        apart: the session name is the caller's own choice unless the role's trust policy pins
+        it (``sts:RoleSessionName``), so it identifies a person only where that is so."""
+        parts = self.arn.split(":", 5)
+        resource = parts[5] if len(parts) == 6 else ""
+        if parts[2:3] == ["sts"] and resource.startswith("assumed-role/"):
+            _, role, session = [*resource.split("/", 2), "", ""][:3]
+            return {"role": f"arn:{parts[1]}:iam::{self.account}:role/{role}",
+                    "session": session,
+                    "session_named_by": "the caller, unless the role's trust policy pins "
+                                        "sts:RoleSessionName"}
+        return {"principal": self.arn}
+
 
 def request_digest(command: str, arguments: dict[str, Any]) -> str:
     """The SHA-256 of a command and its arguments, in one canonical JSON form."""

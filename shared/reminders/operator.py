@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -116,6 +117,11 @@ def current_user(env: dict[str, str] | None = None) -> str:
         return "unknown"
 
 
+# Who is acting, in parts (the operations function's proven caller: the role and the session
+# name apart), added to every operator action recorded while it is set.
+ACTING: ContextVar[dict[str, str] | None] = ContextVar("reminders_acting", default=None)
+
+
 def record_action(conn: db.Connection, *, action: str, obj: str, name: str,
                   tenant: str | None, reason: str | None, now: datetime,
                   who: str | None = None, via: str = "cli",
@@ -134,7 +140,8 @@ def record_action(conn: db.Connection, *, action: str, obj: str, name: str,
     db.execute(conn, "operator_action_add", {
         "now": now, "who": who or current_user(), "action": action, "object": obj,
         "tenant": tenant, "name": name, "reason": checked_reason(reason, required=False),
-        "via": via, "detail": Jsonb(detail or {})})
+        "via": via, "detail": Jsonb({**(detail or {}), **(
+            {"caller": ACTING.get()} if ACTING.get() else {})})})
 
 
 def queue_counts(settings: Any) -> dict[str, Any]:

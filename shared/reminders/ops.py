@@ -172,7 +172,19 @@ def parse_request(event: Any) -> Request:
 def run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
         queue_counts: Callable[[], dict[str, dict[str, int]]] | None) -> Outcome:
     """Run one validated command with the same functions the local command line calls; a
-    write is recorded as by the proven caller, via ``ops``."""
+    write is recorded as by the proven caller, via ``ops``, with its role and session name
+    apart in the action's detail."""
+    from reminders.operator import ACTING
+
+    token = ACTING.set(caller.principal)
+    try:
+        return _run(request, conn, now=now, caller=caller, queue_counts=queue_counts)
+    finally:
+        ACTING.reset(token)
+
+
+def _run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
+         queue_counts: Callable[[], dict[str, dict[str, int]]] | None) -> Outcome:
     from reminders import operator_commands as commands
 
     a = request.args

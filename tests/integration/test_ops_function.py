@@ -107,7 +107,8 @@ def test_a_reconcile_records_the_verified_caller_with_the_event(
         "tenant": "acme", "reason": "receiver log shows it",
         "detail": {"filters": {"state": "unknown", "tenant": "acme", "channel": "email",
                                "recipient": "a@example.com", "limit": 1},
-                   "reconciled": 1, "refused": 0}}
+                   "reconciled": 1, "refused": 0,
+                   "caller": {"principal": OPERATOR_ARN}}}
 
 
 def test_one_reconcile_by_key_names_the_caller(ops_runtime: runtime.Runtime, sts: Any, cli: Cli,

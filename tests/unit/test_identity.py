@@ -133,3 +133,19 @@ def test_the_command_lines_region_is_the_one_boto3_gives_its_other_clients(
     aws_env.delenv("AWS_REGION")
     with pytest.raises(ConfigError, match="no AWS region: set AWS_REGION or AWS_DEFAULT_REGION"):
         aws.region()
+
+
+def test_an_assumed_role_is_recorded_as_its_role_and_its_session_name_apart() -> None:
+    """The session name of an assumed role is whatever its caller chose, unless the role's
+    trust policy pins sts:RoleSessionName: it is kept apart from the role, and said so."""
+    from reminders.identity import Caller
+
+    caller = Caller("arn:aws:sts::111122223333:assumed-role/ops-admins/alice@example.com",
+                    "111122223333")
+    assert caller.principal == {
+        "role": "arn:aws:iam::111122223333:role/ops-admins",
+        "session": "alice@example.com",
+        "session_named_by": "the caller, unless the role's trust policy pins "
+                            "sts:RoleSessionName"}
+    user = Caller("arn:aws:iam::111122223333:user/bob", "111122223333")
+    assert user.principal == {"principal": "arn:aws:iam::111122223333:user/bob"}
