@@ -8,8 +8,6 @@ import itertools
 import os
 import random
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,9 +22,9 @@ from reminders import config, db
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
 from reminders.db import migrate
-from reminders.local import stack
+from reminders.local import roles, stack
 from reminders.queue import Queue
-from reminders.runtime import Runtime
+from reminders.runtime import FunctionClients, Runtime
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -68,21 +66,38 @@ def conn(database_url: str) -> Iterator[db.Connection]:
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """moto in server mode, in its own process (as `reminders local up` runs it)."""
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto in server mode, in its own process (as `reminders local up` runs it), with its
+    access control on: set-up runs as its administrator, each function as its role."""
     for key, value in stack.AWS_TEST_ENV.items():
         os.environ.setdefault(key, value)
     port = stack.free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    credentials = tmp_path_factory.mktemp("moto") / "administrator.json"
+    server = stack.start_moto(port, credentials)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        stack.wait_http(f"{endpoint}/moto-api/data.json")
+        stack.wait_moto(endpoint, credentials)
         yield endpoint
     finally:
         server.terminate()
         server.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def refusals_fail_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A call moto refused (AccessDenied, a bad signature, an unknown key) fails the test that
+    made it, however the code handled the error (the scanner releases what it could not
+    publish, a channel records a failed send): only a test marked ``refusals_expected``
+    provokes them on purpose."""
+    if "moto_endpoint" not in request.fixturenames:
+        yield
+        return
+    endpoint = request.getfixturevalue("moto_endpoint")
+    seen = len(stack.decisions(endpoint))
+    yield
+    refused = [d for d in stack.decisions(endpoint)[seen:] if d["outcome"] != "allowed"]
+    if request.node.get_closest_marker("refusals_expected") is None:
+        assert not refused, f"moto refused calls the code made: {refused}"
 
 
 @pytest.fixture
@@ -132,8 +147,35 @@ def secrets_key(endpoint: str) -> str:
     return stack.create_secrets_key(endpoint)
 
 
+@functools.cache
+def function_roles(endpoint: str, urls: config.QueueUrls) -> dict[str, roles.FunctionRole]:
+    """Each service function's role in the moto server at ``endpoint``, granted what the
+    template (the variant whose scanner publishes itself, as the tests' runtime does) grants
+    it, on these queues and the tests' secrets key."""
+    template = roles.synthesized_template(roles.SELF_PUBLISHING)
+    arns = {name: f"arn:aws:sqs:{stack.REGION}:{roles_account()}:{url.rsplit('/', 1)[1]}"
+            for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
+                              ("parking", urls.parking))}
+    place = roles.Place(region=stack.REGION, account=roles_account(),
+                        arns={**arns, "secrets_key": secrets_key(endpoint)})
+    admin_arn = stack.aws_client("sts", endpoint).get_caller_identity()["Arn"]
+    prefix = urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries")
+    return roles.create_roles(stack.aws_client("iam", endpoint),
+                              stack.aws_client("sts", endpoint), template, place, admin_arn,
+                              prefix=prefix)
+
+
+def roles_account() -> str:
+    from reminders.local.moto_server import ACCOUNT
+
+    return ACCOUNT
+
+
 def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock: FixedClock,
                  **limits: int) -> Runtime:
+    """The tests' runtime. Its own clients are the test's hands (the administrator: set-up
+    and inspection); scanner, consumer, redrive and ops each run with a view of it whose
+    clients carry that function's role (``Runtime.for_function``)."""
     from reminders.runtime import build_channels, secret_box
 
     env = {"DATABASE_URL": database_url, "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
@@ -142,14 +184,21 @@ def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock
     env.update({f"REMINDERS_{k.upper()}": str(v) for k, v in limits.items()})
     settings = config.load(env)
 
-    def client(service: str, client_config: Any = None) -> Any:
-        return stack.service_client(service, endpoint, client_config)
+    def clients(credentials: Any = None) -> dict[str, Any]:
+        def client(service: str, client_config: Any = None) -> Any:
+            return stack.service_client(service, endpoint, client_config,
+                                        credentials=credentials)
 
-    sqs = client("sqs")
-    return Runtime(settings=settings, clock=clock, deliveries=Queue(sqs, urls.deliveries),
-                   dlq=Queue(sqs, urls.dlq), parking=Queue(sqs, urls.parking),
-                   channels=build_channels(settings, client), rng=random.Random(7),
-                   secret_box=secret_box(settings, client))
+        sqs = client("sqs")
+        return {"deliveries": Queue(sqs, urls.deliveries), "dlq": Queue(sqs, urls.dlq),
+                "parking": Queue(sqs, urls.parking),
+                "channels": build_channels(settings, client),
+                "secret_box": secret_box(settings, client)}
+
+    rt = Runtime(settings=settings, clock=clock, rng=random.Random(7), **clients())
+    rt.functions = {name: FunctionClients(**clients(role.credentials))
+                    for name, role in function_roles(endpoint, urls).items()}
+    return rt
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ OUTCOME_METRICS = {"replayed": "Replayed", "dropped": "Dropped", "parked": "Park
 
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
+    rt = rt.for_function("redrive")
     conn = rt.connection()
     batch = read(event, conn)
     counts: dict[str, int] = {}
