@@ -3,7 +3,6 @@ each test, one moto server over HTTP with fresh queues per test, and a real webh
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import random
@@ -22,9 +21,10 @@ from reminders import config, db
 from reminders.channels.signing import new_secret
 from reminders.clock import FixedClock
 from reminders.db import migrate
-from reminders.local import roles, stack
+from reminders.local import stack
 from reminders.queue import Queue
 from reminders.runtime import FunctionClients, Runtime
+from tests.aws_principals import function_roles, secrets_key
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -139,36 +139,6 @@ class Harness:
 
     def sqs(self) -> Any:
         return stack.aws_client("sqs", self.endpoint)
-
-
-@functools.cache
-def secrets_key(endpoint: str) -> str:
-    """The KMS key (in the moto server at ``endpoint``) the tests seal webhook secrets with."""
-    return stack.create_secrets_key(endpoint)
-
-
-@functools.cache
-def function_roles(endpoint: str, urls: config.QueueUrls) -> dict[str, roles.FunctionRole]:
-    """Each service function's role in the moto server at ``endpoint``, granted what the
-    template (the variant whose scanner publishes itself, as the tests' runtime does) grants
-    it, on these queues and the tests' secrets key."""
-    template = roles.synthesized_template(roles.SELF_PUBLISHING)
-    arns = {name: f"arn:aws:sqs:{stack.REGION}:{roles_account()}:{url.rsplit('/', 1)[1]}"
-            for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
-                              ("parking", urls.parking))}
-    place = roles.Place(region=stack.REGION, account=roles_account(),
-                        arns={**arns, "secrets_key": secrets_key(endpoint)})
-    admin_arn = stack.aws_client("sts", endpoint).get_caller_identity()["Arn"]
-    prefix = urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries")
-    return roles.create_roles(stack.aws_client("iam", endpoint),
-                              stack.aws_client("sts", endpoint), template, place, admin_arn,
-                              prefix=prefix)
-
-
-def roles_account() -> str:
-    from reminders.local.moto_server import ACCOUNT
-
-    return ACCOUNT
 
 
 def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock: FixedClock,

@@ -8,7 +8,7 @@ import pytest
 
 from reminders import config
 from reminders.local.stack import AWS_TEST_ENV
-from tests.conftest import secrets_key
+from tests.aws_principals import secrets_key
 from tests.integration.cli_helpers import Cli, base_env
 
 

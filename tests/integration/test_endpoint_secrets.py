@@ -13,7 +13,8 @@ from reminders.channels.signing import new_secret
 from reminders.kms import Kms
 from reminders.local import stack
 from reminders.secret_box import FAILURE_HOLD_SECONDS, SecretBox
-from tests.conftest import Harness, secrets_key
+from tests.aws_principals import secrets_key
+from tests.conftest import Harness
 from tests.integration.cli_helpers import Cli
 from tests.integration.pipeline_helpers import attempts, delivery, tick, work
 

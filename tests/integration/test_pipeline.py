@@ -15,7 +15,8 @@ from reminders.clock import iso
 from reminders.endpoints import signing_secrets
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
-from tests.conftest import Harness, function_roles, make_runtime
+from tests.aws_principals import function_roles
+from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
     at_most_one_effect_per_key,
     attempts,

@@ -141,13 +141,14 @@ def record() -> None:
     decide = ActionAuthenticatorMixin._authenticate_and_authorize_action
 
     def recorded(self: Any, iam_request_cls: type, resource: str = "*") -> None:
-        authorization = self.headers.get("Authorization") or ""
+        authorization = next((str(v) for k, v in self.headers.items()
+                              if k.lower() == "authorization"), "")
         scope = authorization.partition("Credential=")[2].partition(",")[0].split("/")
         service = scope[3] if len(scope) > 3 else "?"
         operation = self._get_action()
         name = AUTHORIZED_AS.get(f"{service}:{operation}", operation)
 
-        class AsAws(iam_request_cls):  # type: ignore[valid-type,misc]
+        class AsAws(iam_request_cls):  # type: ignore[misc]
             def __init__(self, **kwargs: Any) -> None:
                 super().__init__(**{**kwargs, "action": name})
 
