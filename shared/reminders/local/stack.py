@@ -265,6 +265,12 @@ def register_administrator(endpoint_url: str, credentials: Credentials) -> None:
     _administrators[endpoint_url] = credentials
 
 
+def enforces_access(endpoint_url: str) -> bool:
+    """Whether the moto server at ``endpoint_url`` is one :func:`start_moto` started (access
+    control on, its decisions recorded), as opposed to a test's own in-process moto."""
+    return endpoint_url in _administrators
+
+
 def administrator(endpoint_url: str) -> Credentials:
     """The key of the administrator of the moto server at ``endpoint_url``."""
     try:
