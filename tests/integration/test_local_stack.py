@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from reminders import db
+from reminders.aws_http import Credentials
 from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
 from reminders.operator import STATES
@@ -32,7 +33,7 @@ from tests.integration.cli_helpers import Result, base_env
 
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",
-              "receiver_secret", "pgdata", "pids", "secrets_key_id"}
+              "receiver_secret", "pgdata", "pids", "secrets_key_id", "administrator"}
 FRESH_STATS = {"effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
                "bad_signatures": 0, "by_endpoint": {}}
 DUE = "2027-03-01T09:05:00Z"
@@ -183,6 +184,8 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
     assert get_json(f"{receiver}/_stats") == (200, FRESH_STATS)
     status, _ = get_json(f"{endpoint}/moto-api/data.json")
     assert status == 200
+    admin = s["administrator"]
+    stack.register_administrator(endpoint, Credentials(admin["access_key"], admin["secret_key"]))
     sqs = stack.aws_client("sqs", endpoint)
     assert sorted(sqs.list_queues()["QueueUrls"]) == sorted(s["queues"].values())
     redrive = json.loads(sqs.get_queue_attributes(

@@ -69,8 +69,9 @@ class _NoDelayHandler(MotoRequestHandler):
 def presigned_as_signed(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
     """moto routes a request by its Authorization header, so a presigned one (its signature in
     the query, as the operations function's identity proof is) would reach S3. Give such a
-    request the header its query stands for. moto then checks it as if it were signed in its
-    headers, which a presigned signature is not, and refuses it."""
+    request the header its query stands for. With access control on, moto then checks it as
+    if it were signed in its headers, which a presigned request is not (it fails for want of
+    an X-Amz-Date header): identity proofs need a stand-in that checks presigned requests."""
 
     def route(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         query = parse_qs(environ.get("QUERY_STRING", ""))

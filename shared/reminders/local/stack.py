@@ -272,7 +272,15 @@ def enforces_access(endpoint_url: str) -> bool:
 
 
 def administrator(endpoint_url: str) -> Credentials:
-    """The key of the administrator of the moto server at ``endpoint_url``."""
+    """The key of the administrator of the moto server at ``endpoint_url`` (one this process
+    started, or the recorded local stack's)."""
+    state = home() / "local.json"
+    if endpoint_url not in _administrators and state.exists():
+        recorded = json.loads(state.read_text())
+        admin = recorded.get("administrator")
+        if admin and recorded.get("endpoint_url") == endpoint_url:
+            register_administrator(endpoint_url, Credentials(admin["access_key"],
+                                                             admin["secret_key"]))
     try:
         return _administrators[endpoint_url]
     except KeyError:
