@@ -67,6 +67,7 @@ class TickSummary:
 def tick(rt: Runtime, context: Any = None) -> TickSummary:
     """One scanner invocation. It drains for at most REMINDERS_SCAN_SECONDS, and for at most
     half the invocation's remaining time when a Lambda context says how much is left."""
+    rt = rt.for_function("scanner")
     started = time.monotonic()
     seconds = float(rt.settings.limits.scan_seconds)
     remaining = getattr(context, "get_remaining_time_in_millis", None)

@@ -20,7 +20,8 @@ from reminders import config, db, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
 from reminders.local.sts_server import Principal, StsStandIn
-from tests.conftest import OPERATOR_ARN, T0, make_runtime
+from tests.aws_principals import OPERATOR_ARN, grant_operator, operator
+from tests.conftest import T0, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
@@ -40,8 +41,9 @@ def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: 
 
 
 @pytest.fixture
-def sts(sts_endpoint: str) -> Any:
-    return stack.aws_client("sts", sts_endpoint)
+def sts(sts_endpoint: str, moto_endpoint: str) -> Any:
+    """STS (the stand-in) as the operator: what the command line signs its proofs with."""
+    return stack.aws_client("sts", sts_endpoint, credentials=operator(moto_endpoint))
 
 
 def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
@@ -286,20 +288,23 @@ def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runt
 
 
 @pytest.fixture
-def own_sts(ops_runtime: runtime.Runtime, monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
+def own_sts(ops_runtime: runtime.Runtime, moto_endpoint: str,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
     """A stand-in of the test's own (which it may stop, or make fail) as the function's STS."""
     stand_in = StsStandIn(region=stack.REGION)
-    stand_in.registry.add(Principal(stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
-                                    stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN))
+    key = operator(moto_endpoint)
+    stand_in.registry.add(Principal(key.access_key, key.secret_key, OPERATOR_ARN))
     monkeypatch.setenv("REMINDERS_STS_ENDPOINT", stand_in.start())
     yield stand_in
     stand_in.stop()
 
 
 def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: Cli,
-                                                      conn: db.Connection) -> None:
+                                                      conn: db.Connection,
+                                                      moto_endpoint: str) -> None:
     schedule(cli)
-    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client("sts", own_sts.url))
+    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client(
+        "sts", own_sts.url, credentials=operator(moto_endpoint)))
     own_sts.fault = 500
     answer = handler(event, Context("Reminders-ops"))
     assert answer == {"version": 1, "code": 5, "caller": None, "error": (
@@ -336,21 +341,25 @@ def lambda_endpoint(ops_runtime: runtime.Runtime) -> Iterator[tuple[str, LambdaS
 
 @pytest.fixture
 def deployed(moto_endpoint: str) -> str:
-    """A stack in moto's CloudFormation whose output names the function."""
+    """A stack in moto's CloudFormation whose output names the function; the operator has the
+    README's operator policy for it."""
     name = f"Reminders{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
                 "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
     stack.aws_client("cloudformation", moto_endpoint).create_stack(
         StackName=name, TemplateBody=json.dumps(template))
+    grant_operator(moto_endpoint, name, "Reminders-ops-fn")
     return name
 
 
 @pytest.fixture
 def remote(cli: Cli, moto_endpoint: str, sts_endpoint: str,
            lambda_endpoint: tuple[str, LambdaStandIn], tmp_path: Path) -> Cli:
-    """The command line with AWS credentials and no database of its own."""
+    """The command line as the operator (an IAM user in moto, the README's operator policy
+    for the stacks the test deploys) and no database of its own."""
     env = {k: v for k, v in cli.env.items() if k != "DATABASE_URL"}
-    return Cli({**env, **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
+    return Cli({**env, **stack.AWS_TEST_ENV, **stack.credentials_env(operator(moto_endpoint)),
+                "AWS_ENDPOINT_URL": moto_endpoint,
                 "AWS_ENDPOINT_URL_STS": sts_endpoint,
                 "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint[0]})
 

@@ -144,7 +144,7 @@ class Lab:
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     stdin=subprocess.DEVNULL, env=_child_environment())
                 self.endpoint_url = f"http://127.0.0.1:{port}"
-                stack.wait_http(f"{self.endpoint_url}/moto-api/data.json")
+                stack.wait_http(f"{self.endpoint_url}/_reminders/health")
         except BaseException:
             self.close()
             raise
@@ -993,8 +993,10 @@ def work_watching_batches(run: Run, good: Callable[[str], bool],
     rt = run.site.service
     runtime.install(rt)
     try:
-        sources = [EventSource(rt.deliveries, consumer, "consumer", stack.REGION),
-                   EventSource(rt.dlq, redrive_handler, "redrive", stack.REGION)]
+        sources = [EventSource(rt.for_function("consumer").deliveries, consumer, "consumer",
+                               stack.REGION),
+                   EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
+                               stack.REGION)]
         if not run_until_idle(sources, max_rounds=rt.settings.limits.work_rounds,
                               max_seconds=max_seconds):
             run.say(f"the queues were not idle after {max_seconds:g} s of wall time")
