@@ -26,17 +26,27 @@ def function_roles(endpoint: str, urls: config.QueueUrls) -> dict[str, roles.Fun
     """Each service function's role in the moto server at ``endpoint``, granted what the
     template (the variant whose scanner publishes itself, as the tests' runtime does) grants
     it, on these queues and the tests' secrets key."""
+    return make_roles(endpoint, urls)
+
+
+def make_roles(endpoint: str, urls: config.QueueUrls,
+               functions: tuple[str, ...] = roles.SERVICE_FUNCTIONS,
+               **resources: str) -> dict[str, roles.FunctionRole]:
+    """Roles for ``functions`` as :func:`function_roles` makes them, with ``resources`` (the
+    ARNs of more local resources by roles.LOCAL_RESOURCES name: ``app_secret``) resolved too;
+    new ones every call."""
     template = roles.synthesized_template(roles.SELF_PUBLISHING)
     arns = {name: f"arn:aws:sqs:{stack.REGION}:{ACCOUNT}:{url.rsplit('/', 1)[1]}"
             for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
                               ("parking", urls.parking))}
     place = roles.Place(region=stack.REGION, account=ACCOUNT,
-                        arns={**arns, "secrets_key": secrets_key(endpoint)})
+                        arns={**arns, "secrets_key": secrets_key(endpoint), **resources})
     admin_arn = stack.aws_client("sts", endpoint).get_caller_identity()["Arn"]
     prefix = urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries")
     return roles.create_roles(stack.aws_client("iam", endpoint),
                               stack.aws_client("sts", endpoint), template, place, admin_arn,
-                              prefix=prefix)
+                              functions=functions, prefix=prefix)
+
 
 # The operator the tests' STS stand-in names for the operator's key (see operator()).
 OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:user/operator"

@@ -400,14 +400,16 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
     assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
 
 
-def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli,
-                                                        deployed: str) -> None:
+def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli, deployed: str,
+                                                        moto_endpoint: str) -> None:
     here, there = cli("show", "nope"), remote("--stack", deployed, "show", "nope")
     assert (there.code, there.out, there.err) == (here.code, here.out, here.err) == (
         3, "", "reminders: error: no schedule or delivery with key 'nope'\n")
     got = remote("--stack", deployed, "list", "--limit", "5000")
     assert (got.code, got.err) == (2, "reminders: error: --limit: must be from 1 to 1000 "
                                       "through the operations function, got 5000\n")
+    # A stack the operator may describe (the README's policy names it) that is not deployed.
+    grant_operator(moto_endpoint, "NoSuchStack", "Reminders-ops")
     got = remote("--stack", "NoSuchStack", "status")
     assert got.code == 3
     assert got.err == (f"reminders: error: --stack: no stack 'NoSuchStack' in {stack.REGION} "
