@@ -72,7 +72,11 @@ class LocalStack:
         if self.administrator:
             register_administrator(self.endpoint_url, Credentials(
                 self.administrator["access_key"], self.administrator["secret_key"]))
-        return {**AWS_TEST_ENV, **key, **credentials_env(administrator(self.endpoint_url)),
+        # A stack recorded before moto had an administrator has no key to give: its commands
+        # run without credentials (AWS calls fail as such; `local up` restarts its moto).
+        known = _administrators.get(self.endpoint_url)
+        given = credentials_env(known) if known is not None else {}
+        return {**AWS_TEST_ENV, **key, **given,
                 "DATABASE_URL": self.database_url,
                 "AWS_ENDPOINT_URL": self.endpoint_url,
                 "REMINDERS_QUEUE_URL": self.queues["deliveries"],
