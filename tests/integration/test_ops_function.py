@@ -459,3 +459,25 @@ def test_stack_exits_5_when_the_functions_sts_is_down(
     assert got.err.startswith("reminders: error: identity: STS could not be reached at "
                               f"{own_sts.url} (")
     assert one(conn, "select state from schedules")["state"] == "active"
+
+
+@pytest.mark.refusals_expected
+def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deployed: str,
+                                                            moto_endpoint: str) -> None:
+    """The README's operator policy names one stack: describing another is refused (moto
+    checks DescribeStacks against the stack's ARN, as AWS does), and nothing is invoked."""
+    other = f"Other{next(_stacks)}"
+    template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+                "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
+    stack.aws_client("cloudformation", moto_endpoint).create_stack(
+        StackName=other, TemplateBody=json.dumps(template))
+    seen = len(stack.decisions(moto_endpoint))
+    got = remote("--stack", other, "status")
+    assert got.code == 5
+    assert "AccessDenied" in got.err and "cloudformation:DescribeStacks" in got.err
+    refused = [d for d in stack.decisions(moto_endpoint)[seen:] if d["outcome"] != "allowed"]
+    assert [(d["action"], d["outcome"]) for d in refused] == [
+        ("cloudformation:DescribeStacks", "AccessDenied")]
+    assert refused[0]["resource"].startswith(
+        f"arn:aws:cloudformation:{stack.REGION}:{ACCOUNT}:stack/{other}/")
+    assert remote("--stack", deployed, "status").code == 0

@@ -139,12 +139,14 @@ class Lab:
                     self.postgres_url, self.root / "pooler", stack.free_port())
             if not self.endpoint_url:
                 port = stack.free_port()
+                credentials = self.root / stack.MOTO_ADMIN_FILE
                 self._moto = subprocess.Popen(
-                    [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port)],
+                    [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port),
+                     "--credentials", str(credentials)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     stdin=subprocess.DEVNULL, env=_child_environment())
                 self.endpoint_url = f"http://127.0.0.1:{port}"
-                stack.wait_http(f"{self.endpoint_url}/_reminders/health")
+                stack.wait_moto(self.endpoint_url, credentials)
         except BaseException:
             self.close()
             raise
@@ -371,7 +373,9 @@ class Site:
 
     def spawn(self, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A ``reminders`` command in its own process, on this drill's settings and clock."""
-        env = {**_child_environment(), **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": self.endpoint,
+        env = {**_child_environment(), **stack.AWS_TEST_ENV,
+               **stack.credentials_env(stack.administrator(self.endpoint)),
+               "AWS_ENDPOINT_URL": self.endpoint,
                **self.settings_env(), "REMINDERS_NOW": iso(self.clock.now()),
                "REMINDERS_HOME": str(self.work_dir / "home"), "LOG_LEVEL": "WARNING",
                **(extra or {})}
