@@ -60,7 +60,7 @@ def readme_operator_policy(*, region: str, account: str, stack_name: str,
     text = _README.read_text()
     after = text.split("The IAM permissions an operator needs", 1)[1]
     block = after.split("```json\n", 1)[1].split("```", 1)[0]
-    document = json.loads(block)
+    document: dict[str, Any] = json.loads(block)
     for statement in document["Statement"]:
         statement["Resource"] = (
             statement["Resource"].replace("eu-west-1", region).replace("111122223333", account)
