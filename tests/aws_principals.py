@@ -35,17 +35,8 @@ def make_roles(endpoint: str, urls: config.QueueUrls,
     """Roles for ``functions`` as :func:`function_roles` makes them, with ``resources`` (the
     ARNs of more local resources by roles.LOCAL_RESOURCES name: ``app_secret``) resolved too;
     new ones every call."""
-    template = roles.synthesized_template(roles.SELF_PUBLISHING)
-    arns = {name: f"arn:aws:sqs:{stack.REGION}:{ACCOUNT}:{url.rsplit('/', 1)[1]}"
-            for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
-                              ("parking", urls.parking))}
-    place = roles.Place(region=stack.REGION, account=ACCOUNT,
-                        arns={**arns, "secrets_key": secrets_key(endpoint), **resources})
-    admin_arn = stack.aws_client("sts", endpoint).get_caller_identity()["Arn"]
-    prefix = urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries")
-    return roles.create_roles(stack.aws_client("iam", endpoint),
-                              stack.aws_client("sts", endpoint), template, place, admin_arn,
-                              functions=functions, prefix=prefix)
+    return roles.local_roles(endpoint, urls, secrets_key(endpoint), functions=functions,
+                             **resources)
 
 
 # The operator the tests' STS stand-in names for the operator's key (see operator()).

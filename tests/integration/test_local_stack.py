@@ -243,6 +243,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
                      "webhook", "--to", url, "--at", DUE, "--key", "k1", "--json",
                      now="2027-03-01T09:00:00Z").json()
     key = scheduled["delivery_key"]
+    seen = len(stack.decisions(running_stack["endpoint_url"]))
     tick = home("tick", "--json", now=DUE).json()
     assert (tick["leased"], tick["published"]) == (1, 1)
     work = home("work", "--json", "--max-seconds", "20", now=DUE).json()
@@ -250,6 +251,14 @@ def test_commands_find_the_running_stack_through_reminders_home(
     assert work["consumer"] == {"batches": 1, "records": 1, "failures": 0, "errors": 0,
                                 "first_error": None, "last_error": None}
     assert get_json(f"{running_stack['receiver_url']}/_stats")[1]["effects"] == {key: 1}
+    # The functions ran as their roles, each with a key of its own (not the administrator's),
+    # and moto allowed every call.
+    calls = stack.decisions(running_stack["endpoint_url"])[seen:]
+    assert [d for d in calls if d["outcome"] != "allowed"] == []
+    keys = {d["action"]: d["key"] for d in calls if d["action"].startswith("sqs:")}
+    sent, deleted = keys["sqs:SendMessage"], keys["sqs:DeleteMessage"]
+    assert running_stack["administrator"]["access_key"] not in (sent, deleted)
+    assert sent != deleted  # the scanner's role, the consumer's role
     assert home("show", key, "--json").json()["state"] == "sent"
     assert home("status", "--json").json()["by_state"] == {**dict.fromkeys(STATES, 0),
                                                            "sent": 1}

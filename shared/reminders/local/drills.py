@@ -48,7 +48,7 @@ from reminders.clock import FixedClock, iso
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
 from reminders.errors import RemindersError
-from reminders.local import pipeline, pooler, stack
+from reminders.local import pipeline, pooler, roles, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.queue import Queue
 from reminders.runtime import Runtime, build_channels, secret_box
@@ -264,18 +264,24 @@ class Site:
         return env
 
     def runtime(self) -> Runtime:
-        """The handlers' runtime on the drill's clock, with clients of its own."""
+        """The handlers' runtime on the drill's clock. Its own clients are the drill's hands
+        (moto's administrator: set-up and checks); scanner, consumer, redrive and ops each run
+        with their role's (``Runtime.for_function``), granted what the template grants them."""
         settings = config.load(self.settings_env())
 
         def client(service: str, client_config: Any = None) -> Any:
             return stack.service_client(service, self.endpoint, client_config)
 
         sqs = client("sqs")
-        return Runtime(settings=settings, clock=self.clock,
-                       deliveries=Queue(sqs, self.queues.deliveries),
-                       dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
-                       channels=build_channels(settings, client), rng=random.Random(7),
-                       secret_box=secret_box(settings, client))
+        rt = Runtime(settings=settings, clock=self.clock,
+                     deliveries=Queue(sqs, self.queues.deliveries),
+                     dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
+                     channels=build_channels(settings, client), rng=random.Random(7),
+                     secret_box=secret_box(settings, client))
+        rt.functions = roles.function_clients(
+            self.endpoint, settings, self.queues,
+            roles.local_roles(self.endpoint, self.queues, self.secrets_key_id))
+        return rt
 
     @property
     def service(self) -> Runtime:

@@ -223,3 +223,48 @@ def create_roles(iam: Any, sts: Any, template: Any, place: Place, administrator_
             given["AccessKeyId"], given["SecretAccessKey"], given["SessionToken"]))
     return roles
 
+
+def local_roles(endpoint_url: str, urls: Any, secrets_key_arn: str, *,
+                functions: tuple[str, ...] = SERVICE_FUNCTIONS, prefix: str | None = None,
+                **resources: str) -> dict[str, FunctionRole]:
+    """Roles in the moto server at ``endpoint_url`` (whose administrator is registered with
+    the stack module) for ``functions``, granted what the template (the variant whose scanner
+    publishes itself) grants them on these queues (``urls``: a config.QueueUrls), the secrets
+    key and ``resources`` (more local ARNs by LOCAL_RESOURCES name: ``app_secret``). New roles
+    every call; the prefix defaults to the deliveries queue's."""
+    from reminders.local import stack
+    from reminders.local.moto_server import ACCOUNT
+
+    template = synthesized_template(SELF_PUBLISHING)
+    arns = {name: f"arn:aws:sqs:{stack.REGION}:{ACCOUNT}:{url.rsplit('/', 1)[1]}"
+            for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
+                              ("parking", urls.parking))}
+    place = Place(region=stack.REGION, account=ACCOUNT,
+                  arns={**arns, "secrets_key": secrets_key_arn, **resources})
+    admin_arn = stack.aws_client("sts", endpoint_url).get_caller_identity()["Arn"]
+    return create_roles(
+        stack.aws_client("iam", endpoint_url), stack.aws_client("sts", endpoint_url), template,
+        place, admin_arn, functions=functions,
+        prefix=prefix or urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries"))
+
+
+def function_clients(endpoint_url: str, settings: Any, urls: Any,
+                     function_roles: Mapping[str, FunctionRole]) -> dict[str, Any]:
+    """Each function's own AWS clients on the moto server at ``endpoint_url`` (queues, channels
+    and secret box, as its role): what ``Runtime.functions`` holds on one machine."""
+    from reminders.local import stack
+    from reminders.queue import Queue
+    from reminders.runtime import FunctionClients, build_channels, secret_box
+
+    def clients(credentials: Credentials) -> FunctionClients:
+        def client(service: str, client_config: Any = None) -> Any:
+            return stack.service_client(service, endpoint_url, client_config,
+                                        credentials=credentials)
+
+        sqs = client("sqs")
+        return FunctionClients(deliveries=Queue(sqs, urls.deliveries), dlq=Queue(sqs, urls.dlq),
+                               parking=Queue(sqs, urls.parking),
+                               channels=build_channels(settings, client),
+                               secret_box=secret_box(settings, client))
+
+    return {name: clients(role.credentials) for name, role in function_roles.items()}
