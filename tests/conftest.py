@@ -3,7 +3,6 @@ each test, one moto server over HTTP with fresh queues per test, and a real webh
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import random
@@ -26,7 +25,8 @@ from reminders.clock import FixedClock
 from reminders.db import migrate
 from reminders.local import pooler, stack
 from reminders.queue import Queue
-from reminders.runtime import Runtime
+from reminders.runtime import FunctionClients, Runtime
+from tests.aws_principals import OPERATOR_ARN, function_roles, operator, secrets_key
 
 T0 = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -119,36 +119,34 @@ def conn(database_url: str) -> Iterator[db.Connection]:
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """moto in server mode, in its own process (as `reminders local up` runs it)."""
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto in server mode, in its own process (as `reminders local up` runs it), with its
+    access control on: set-up runs as its administrator, each function as its role."""
     for key, value in stack.AWS_TEST_ENV.items():
         os.environ.setdefault(key, value)
     port = stack.free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    credentials = tmp_path_factory.mktemp("moto") / "administrator.json"
+    server = stack.start_moto(port, credentials)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        stack.wait_http(f"{endpoint}/moto-api/data.json")
+        stack.wait_moto(endpoint, credentials)
         yield endpoint
     finally:
         server.terminate()
         server.wait(10)
 
 
-# Who the STS stand-in says signed with the test credentials (stack.AWS_TEST_ENV).
-OPERATOR_ARN = "arn:aws:iam::123456789012:user/operator"
-
-
 @pytest.fixture(scope="session")
-def sts_endpoint() -> Iterator[str]:
-    """The SigV4-verifying STS stand-in, in its own process, knowing the test credentials as
-    OPERATOR_ARN: what decides whether an identity proof is good (moto's STS checks nothing)."""
+def sts_endpoint(moto_endpoint: str) -> Iterator[str]:
+    """The SigV4-verifying STS stand-in, in its own process, knowing the operator's key (an
+    IAM user in moto, tests.aws_principals.operator) as OPERATOR_ARN: what decides whether an
+    identity proof is good (moto's STS checks nothing)."""
+    key = operator(moto_endpoint)
     port = stack.free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "reminders.local.sts_server", "--port", str(port),
-         "--region", stack.REGION, "--principal", stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
-         stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN],
+         "--region", stack.REGION, "--principal", key.access_key, key.secret_key,
+         OPERATOR_ARN],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
     try:
@@ -157,6 +155,26 @@ def sts_endpoint() -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def refusals_fail_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A call moto refused (AccessDenied, a bad signature, an unknown key) fails the test that
+    made it, however the code handled the error (the scanner releases what it could not
+    publish, a channel records a failed send): only a test marked ``refusals_expected``
+    provokes them on purpose."""
+    if "moto_endpoint" not in request.fixturenames:
+        yield
+        return
+    endpoint = request.getfixturevalue("moto_endpoint")
+    if not stack.enforces_access(endpoint):  # a module's own in-process moto (no decisions)
+        yield
+        return
+    seen = len(stack.decisions(endpoint))
+    yield
+    refused = [d for d in stack.decisions(endpoint)[seen:] if d["outcome"] != "allowed"]
+    if request.node.get_closest_marker("refusals_expected") is None:
+        assert not refused, f"moto refused calls the code made: {refused}"
 
 
 @pytest.fixture
@@ -200,14 +218,11 @@ class Harness:
         return stack.aws_client("sqs", self.endpoint)
 
 
-@functools.cache
-def secrets_key(endpoint: str) -> str:
-    """The KMS key (in the moto server at ``endpoint``) the tests seal webhook secrets with."""
-    return stack.create_secrets_key(endpoint)
-
-
 def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock: FixedClock,
                  **limits: int) -> Runtime:
+    """The tests' runtime. Its own clients are the test's hands (the administrator: set-up
+    and inspection); scanner, consumer, redrive and ops each run with a view of it whose
+    clients carry that function's role (``Runtime.for_function``)."""
     from reminders.runtime import build_channels, secret_box
 
     env = {"DATABASE_URL": database_url, "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
@@ -219,14 +234,21 @@ def make_runtime(database_url: str, urls: config.QueueUrls, endpoint: str, clock
     env.update({f"REMINDERS_{k.upper()}": str(v) for k, v in limits.items()})
     settings = config.load(env)
 
-    def client(service: str, client_config: Any = None) -> Any:
-        return stack.service_client(service, endpoint, client_config)
+    def clients(credentials: Any = None) -> dict[str, Any]:
+        def client(service: str, client_config: Any = None) -> Any:
+            return stack.service_client(service, endpoint, client_config,
+                                        credentials=credentials)
 
-    sqs = client("sqs")
-    return Runtime(settings=settings, clock=clock, deliveries=Queue(sqs, urls.deliveries),
-                   dlq=Queue(sqs, urls.dlq), parking=Queue(sqs, urls.parking),
-                   channels=build_channels(settings, client), rng=random.Random(7),
-                   secret_box=secret_box(settings, client))
+        sqs = client("sqs")
+        return {"deliveries": Queue(sqs, urls.deliveries), "dlq": Queue(sqs, urls.dlq),
+                "parking": Queue(sqs, urls.parking),
+                "channels": build_channels(settings, client),
+                "secret_box": secret_box(settings, client)}
+
+    rt = Runtime(settings=settings, clock=clock, rng=random.Random(7), **clients())
+    rt.functions = {name: FunctionClients(**clients(role.credentials))
+                    for name, role in function_roles(endpoint, urls).items()}
+    return rt
 
 
 @pytest.fixture

@@ -219,7 +219,31 @@ def _aws_environment() -> dict[str, str]:
 def _runtime() -> Any:
     from reminders import runtime
 
-    return runtime.from_env(_aws_environment())
+    env = _aws_environment()
+    rt = runtime.from_env(env)
+    _as_function_roles(rt, env)
+    return rt
+
+
+def _as_function_roles(rt: Any, env: dict[str, str]) -> None:
+    """On the local stack's moto, each function the command runs (scanner, consumer, redrive)
+    runs as its own role, granted what the template grants it, as in Lambda; the command's
+    own calls stay the administrator's. Elsewhere (AWS, another moto), or without the
+    checkout's infra/ to read the grants from, the functions run with the command's
+    credentials."""
+    from reminders import config
+    from reminders.local import roles, stack
+
+    running = stack.load()
+    if running is None or env.get("AWS_ENDPOINT_URL") != running.endpoint_url:
+        return
+    urls = config.require_queues(rt.settings)
+    try:
+        made = roles.local_roles(running.endpoint_url, urls, rt.settings.secrets_key_id,
+                                 prefix="local")
+    except roles.TemplateError:
+        return
+    rt.functions = roles.function_clients(running.endpoint_url, rt.settings, urls, made)
 
 
 # ---------------------------------------------------------------- commands

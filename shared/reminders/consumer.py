@@ -180,6 +180,7 @@ class Writes:
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
     """Handle one SQS batch; return the partial batch response."""
+    rt = rt.for_function("consumer")
     run = BatchRun()
     try:
         conn = rt.connection()

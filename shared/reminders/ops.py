@@ -311,6 +311,7 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
 
     arn = str(getattr(context, "invoked_function_arn", "") or "")
     parts = arn.split(":")
+    rt = rt.for_function("ops")
     rt_queues = (rt.deliveries, rt.dlq, rt.parking)
 
     def queue_counts() -> dict[str, dict[str, int]]:

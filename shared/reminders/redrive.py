@@ -24,6 +24,7 @@ OUTCOME_METRICS = {"replayed": "Replayed", "dropped": "Dropped", "parked": "Park
 
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
+    rt = rt.for_function("redrive")
     # Reading the batch's rows writes nothing: a connection found gone there is replaced.
     conn, batch = rt.opening(lambda c: read(event, c))
     counts: dict[str, int] = {}

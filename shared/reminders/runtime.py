@@ -20,6 +20,17 @@ from reminders.secret_box import SecretBox
 T = TypeVar("T")
 
 @dataclass
+class FunctionClients:
+    """The AWS clients one function runs with (see ``Runtime.functions``)."""
+
+    deliveries: Queue
+    dlq: Queue
+    parking: Queue
+    channels: Mapping[str, Channel]
+    secret_box: SecretBox | None = None
+
+
+@dataclass
 class Runtime:
     settings: config.Settings
     clock: Clock
@@ -38,8 +49,22 @@ class Runtime:
     # Where the scanner hands its leases: a fan-out to publisher functions (reminders.fanout);
     # None: it publishes to the deliveries queue itself.
     fanout: Publisher | None = None
+    # On one machine, where one runtime drives several functions: each function's own AWS
+    # clients (its role's), by function name. In Lambda there is one function a process, and
+    # none: the runtime's own clients are the function's.
+    functions: dict[str, FunctionClients] = field(default_factory=dict)
     _conn: db.Connection | None = None
     _used: float = 0.0
+    _shares: Runtime | None = None  # a function's view: whose connection it uses
+
+    def for_function(self, name: str) -> Runtime:
+        """The runtime function ``name`` runs with: this one with that function's clients if
+        it has its own (the same settings, clock, metrics and database connection), else
+        this one."""
+        clients = self.functions.get(name)
+        if clients is None:
+            return self
+        return replace(self, functions={}, _conn=None, _shares=self, **vars(clients))
 
     def connection(self) -> db.Connection:
         """A live connection. One that broke is replaced; so is one the server dropped since
@@ -48,6 +73,8 @@ class Runtime:
         REMINDERS_DB_IDLE_CHECK_SECONDS is pinged first (RDS Proxy closes idle clients, and
         psycopg would only notice on the batch's first statement, failing the whole batch).
         A refused password is read again from its secret once (the secret rotates)."""
+        if self._shares is not None:
+            return self._shares.connection()
         now = time.monotonic()
         conn = self._conn
         if conn is not None and not db.alive(
@@ -112,6 +139,9 @@ class Runtime:
         return self.fanout if self.fanout is not None else self.deliveries
 
     def close(self) -> None:
+        if self._shares is not None:
+            self._shares.close()
+            return
         if self._conn is not None:
             self._conn.close()
             self._conn = None

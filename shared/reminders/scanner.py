@@ -83,6 +83,7 @@ def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummar
     half the invocation's remaining time when a Lambda context says how much is left.
     ``refill``: it waits for the consumers to make room (REMINDERS_REFILL_PATIENCE_SECONDS);
     False where nothing consumes while it runs (the local pipeline runs them after it)."""
+    rt = rt.for_function("scanner")
     started = time.monotonic()
     seconds = float(rt.settings.limits.scan_seconds)
     remaining = getattr(context, "get_remaining_time_in_millis", None)

@@ -21,6 +21,7 @@ from typing import Any
 
 from reminders import scanner
 from reminders.aws import DEFAULT_LIMITS
+from reminders.aws_http import Credentials
 from reminders.clock import FixedClock
 from reminders.fanout import FanOutPublisher
 from reminders.lambdas import EventInvoker
@@ -88,8 +89,10 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 
 def _client(service: str, endpoint: str) -> Any:
-    # What the functions call AWS with (reminders.aws.lean_client), pointed at the stand-in.
-    return stack.service_client(service, endpoint, DEFAULT_LIMITS)
+    # What the functions call AWS with (reminders.aws.lean_client), pointed at the stand-in
+    # (which checks no signature: any key will do; it is no moto, so there is no administrator).
+    return stack.service_client(service, endpoint, DEFAULT_LIMITS,
+                                credentials=Credentials("bench", "bench"))
 
 
 # What an asynchronous Invoke is given to take in the slow stand-in (AWS's answer, estimated in

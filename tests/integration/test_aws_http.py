@@ -93,7 +93,8 @@ def test_sqs_calls_send_the_query_mode_header_signed_as_botocore_signs_it(
     signs the header; the SigV4 client sends the same header, and botocore's signer, given the
     request as it arrived, computes the same signature."""
     url = f"http://127.0.0.1:{scripted.server_address[1]}"
-    scripted.keep(stack.aws_client("sqs", url)).send_message_batch(QueueUrl="q", Entries=[])
+    scripted.keep(stack.aws_client("sqs", url, credentials=CREDS)).send_message_batch(
+        QueueUrl="q", Entries=[])
     sqs = scripted.keep(aws_http.client("sqs", ONE_ATTEMPT, env={"AWS_ENDPOINT_URL": url,
                                                                  "AWS_REGION": "us-east-1"},
                                         credentials=lambda: CREDS))

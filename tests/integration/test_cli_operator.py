@@ -470,7 +470,8 @@ def test_a_dead_part_of_the_local_stack_is_named_not_no_database(
         database_url=database_url, endpoint_url=dead, region="us-east-1",
         queues={q: f"{dead}/000000000000/{q}" for q in ("deliveries", "dlq", "parking")},
         receiver_url="http://127.0.0.1:1", receiver_secret=new_secret(), pgdata=str(tmp_path),
-        pids={"moto": pid})
+        pids={"moto": pid}, administrator={"access_key": "AKIA" + "0" * 16,
+                                           "secret_key": "recorded-by-the-dead-moto"})
     (home / "local.json").write_text(json.dumps(recorded.as_json()))
     got = Cli(base_env(tmp_path))("status", "--json", AWS_MAX_ATTEMPTS="1")
     assert got.code == 4  # Postgres answered; the queues did not

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from reminders import aws, config
 from reminders.errors import ConfigError
 from reminders.local import stack
+from tests.aws_principals import make_roles
 
 
 @pytest.fixture
@@ -20,10 +21,27 @@ def secrets_endpoint(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Ite
     aws.client.cache_clear()
 
 
-def test_url_from_proxy_host_and_secret_verifies_tls(secrets_endpoint: str) -> None:
+@pytest.fixture
+def as_scanner(secrets_endpoint: str, queue_urls: config.QueueUrls,
+               monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Run as Lambda runs the scanner: its role's credentials in the environment, the role
+    granted the template's read of the application's secret (the ARN given)."""
+
+    def become(secret_arn: str) -> None:
+        role = make_roles(secrets_endpoint, queue_urls, ("scanner",),
+                          app_secret=secret_arn)["scanner"]
+        for variable, value in stack.credentials_env(role.credentials).items():
+            monkeypatch.setenv(variable, value)
+
+    return become
+
+
+def test_url_from_proxy_host_and_secret_verifies_tls(
+        secrets_endpoint: str, as_scanner: Callable[[str], None]) -> None:
     sm = stack.aws_client("secretsmanager", secrets_endpoint)
     arn = sm.create_secret(Name="db-creds-ok", SecretString=json.dumps(
         {"username": "app user", "password": "p@ss/word:1"}))["ARN"]
+    as_scanner(arn)
     url = config.database_url_from_env({
         "REMINDERS_DB_HOST": "proxy.example.internal", "REMINDERS_DB_SECRET_ARN": arn,
         "REMINDERS_DB_NAME": "reminders", "REMINDERS_DB_SSLROOTCERT": "/opt/ca/bundle.pem"})
@@ -31,9 +49,11 @@ def test_url_from_proxy_host_and_secret_verifies_tls(secrets_endpoint: str) -> N
                    "reminders?sslmode=verify-full&sslrootcert=/opt/ca/bundle.pem")
 
 
-def test_a_secret_without_credentials_is_a_clear_error(secrets_endpoint: str) -> None:
+def test_a_secret_without_credentials_is_a_clear_error(
+        secrets_endpoint: str, as_scanner: Callable[[str], None]) -> None:
     sm = stack.aws_client("secretsmanager", secrets_endpoint)
     arn = sm.create_secret(Name="db-creds-bad", SecretString="not json")["ARN"]
+    as_scanner(arn)
     with pytest.raises(ConfigError, match="lacks username/password"):
         config.database_url_from_env({"REMINDERS_DB_HOST": "h",
                                       "REMINDERS_DB_SECRET_ARN": arn})

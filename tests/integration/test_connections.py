@@ -14,9 +14,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from reminders import aws, consumer, db, redrive, runtime, scanner
+from reminders import aws, config, consumer, db, redrive, runtime, scanner
 from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
+from tests.aws_principals import make_roles
 from tests.conftest import Harness, PgCluster
 from tests.faults import drop
 from tests.integration.pipeline_helpers import (
@@ -200,6 +201,12 @@ def test_a_rotated_password_is_read_again_from_the_secret(
     arn = sm.create_secret(Name=f"db-{id(h)}", SecretString=json.dumps(
         {"username": role, "password": "first"}))["ARN"]
     name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    # The warm function is the consumer, as Lambda runs it: its role's credentials in the
+    # environment, its role granted the template's read of the application's secret (here).
+    urls = config.QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+    consumer_role = make_roles(moto_endpoint, urls, ("consumer",), app_secret=arn)["consumer"]
+    for variable, value in stack.credentials_env(consumer_role.credentials).items():
+        monkeypatch.setenv(variable, value)
     env = {"REMINDERS_DB_HOST": host, "REMINDERS_DB_PORT": str(port),
            "REMINDERS_DB_SECRET_ARN": arn, "REMINDERS_DB_NAME": str(name),
            "REMINDERS_DB_SSLMODE": "disable", "REMINDERS_DB_IDLE_CHECK_SECONDS": "0",

@@ -13,13 +13,21 @@ from reminders.channels.signing import new_secret
 from reminders.kms import Kms
 from reminders.local import stack
 from reminders.secret_box import FAILURE_HOLD_SECONDS, SecretBox
-from tests.conftest import Harness, secrets_key
+from tests.aws_principals import function_roles, secrets_key
+from tests.conftest import Harness
 from tests.integration.cli_helpers import Cli
 from tests.integration.pipeline_helpers import attempts, delivery, tick, work
 
 
-def kms_client(endpoint: str, config: Any = None) -> Any:
-    return stack.service_client("kms", endpoint, config)
+def kms_client(endpoint: str, config: Any = None, credentials: Any = None) -> Any:
+    return stack.service_client("kms", endpoint, config, credentials=credentials)
+
+
+def consumer_credentials(h: Harness) -> Any:
+    from reminders.config import QueueUrls
+
+    urls = QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+    return function_roles(h.endpoint, urls)["consumer"].credentials
 
 
 def writer_box(h: Harness) -> SecretBox:
@@ -28,10 +36,11 @@ def writer_box(h: Harness) -> SecretBox:
 
 
 def fresh_reader(h: Harness, client: Any = None, monotonic: Any = None) -> SecretBox:
-    """The consumer's SecretBox as after a cold start: nothing unwrapped yet."""
-    kms = Kms(client or kms_client(h.endpoint))
+    """The consumer's SecretBox as after a cold start (with its role's KMS client): nothing
+    unwrapped yet."""
+    kms = Kms(client or kms_client(h.endpoint, credentials=consumer_credentials(h)))
     box = SecretBox(lambda: kms, None, **({"monotonic": monotonic} if monotonic else {}))
-    h.rt.secret_box = box
+    h.rt.functions["consumer"].secret_box = box
     return box
 
 
@@ -226,11 +235,12 @@ def test_the_secret_is_never_taken_from_argv_outside_a_local_stack(cli: Cli) -> 
 class Switch:
     """Routes the KMS port's calls to moto, or to a port nobody listens on (KMS unreachable)."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, credentials: Any) -> None:
         from reminders.kms import client_config
 
-        self.up = kms_client(endpoint, client_config())
-        self.gone = kms_client(f"http://127.0.0.1:{stack.free_port()}", client_config())
+        self.up = kms_client(endpoint, client_config(), credentials)
+        self.gone = kms_client(f"http://127.0.0.1:{stack.free_port()}", client_config(),
+                               credentials)
         self.down = False
 
     def __getattr__(self, name: str) -> Any:
@@ -262,7 +272,7 @@ def test_a_kms_outage_retries_the_send_and_never_sends_unsigned(harness: Harness
     url = h.receiver.hook_url("outage")
     endpoints.register(h.conn, writer_box(h), tenant=None, url=url, secret=h.receiver.secret,
                        now=h.clock.now())
-    switch, ticker = Switch(h.endpoint), Ticker()
+    switch, ticker = Switch(h.endpoint, consumer_credentials(h)), Ticker()
     reader = fresh_reader(h, switch, ticker)
     metrics = Metrics()
     h.rt.metrics = metrics

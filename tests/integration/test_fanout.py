@@ -57,6 +57,13 @@ def _in_process(h: Harness, chunk: int, *faults: Fault) -> InProcessInvoker:
     return invoker
 
 
+def _lambda_client(h: Harness, url: str) -> Any:
+    """boto3's Lambda client on the stand-in at ``url``. The stand-in checks no signature; it
+    signs with moto's administrator key (the tests' roles are the self-publishing variant's,
+    whose scanner has no invoke grant)."""
+    return stack.aws_client("lambda", url, credentials=stack.administrator(h.endpoint))
+
+
 def _sends(h: Harness) -> dict[str, int]:
     """Requests the receiver got per delivery key (every send, answered or not)."""
     return dict(h.receiver.stats()["requests"])
@@ -74,7 +81,7 @@ def test_a_fanned_out_tick_publishes_everything_it_leased_through_lambdas_invoke
     stand_in = LambdaStandIn({PUBLISHER: handler})
     url = stand_in.start()
     try:
-        h.rt.fanout = FanOutPublisher(EventInvoker(PUBLISHER, stack.aws_client("lambda", url)),
+        h.rt.fanout = FanOutPublisher(EventInvoker(PUBLISHER, _lambda_client(h, url)),
                                       chunk=10)
         out = tick(h)
     finally:
@@ -115,7 +122,7 @@ def test_a_refused_invoke_through_the_api_releases_its_chunk(harness: Harness) -
     stand_in = LambdaStandIn({})
     url = stand_in.start()
     try:
-        h.rt.fanout = FanOutPublisher(EventInvoker(PUBLISHER, stack.aws_client("lambda", url)),
+        h.rt.fanout = FanOutPublisher(EventInvoker(PUBLISHER, _lambda_client(h, url)),
                                       chunk=10)
         out = tick(h)
     finally:

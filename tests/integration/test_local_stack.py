@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from reminders import db
+from reminders.aws_http import Credentials
 from reminders.errors import DatabaseUnavailable
 from reminders.local import stack
 from reminders.operator import STATES
@@ -32,7 +33,8 @@ from tests.integration.cli_helpers import Result, base_env
 
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",
-              "receiver_secret", "pgdata", "pids", "secrets_key_id", "direct_url"}
+              "receiver_secret", "pgdata", "pids", "secrets_key_id", "direct_url",
+              "administrator"}
 FRESH_STATS = {"effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
                "bad_signatures": 0, "by_endpoint": {}}
 DUE = "2027-03-01T09:05:00Z"
@@ -184,8 +186,14 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
         k: v for k, v in s.items() if k != "restarted"}
 
     assert get_json(f"{receiver}/_stats") == (200, FRESH_STATS)
-    status, _ = get_json(f"{endpoint}/moto-api/data.json")
-    assert status == 200
+    assert get_json(f"{endpoint}/_reminders/health") == (200, {"status": "ok"})
+    # moto's own API answers no one: its data.json would show the administrator's secret.
+    for path in ("/moto-api/data.json", "/moto-api/", "/moto-api/reset-auth"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{endpoint}{path}", timeout=5)
+        assert refused.value.code == 403, path
+    admin = s["administrator"]
+    stack.register_administrator(endpoint, Credentials(admin["access_key"], admin["secret_key"]))
     sqs = stack.aws_client("sqs", endpoint)
     assert sorted(sqs.list_queues()["QueueUrls"]) == sorted(s["queues"].values())
     redrive = json.loads(sqs.get_queue_attributes(
@@ -235,6 +243,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
                      "webhook", "--to", url, "--at", DUE, "--key", "k1", "--json",
                      now="2027-03-01T09:00:00Z").json()
     key = scheduled["delivery_key"]
+    seen = len(stack.decisions(running_stack["endpoint_url"]))
     tick = home("tick", "--json", now=DUE).json()
     assert (tick["leased"], tick["published"]) == (1, 1)
     work = home("work", "--json", "--max-seconds", "20", now=DUE).json()
@@ -242,6 +251,14 @@ def test_commands_find_the_running_stack_through_reminders_home(
     assert work["consumer"] == {"batches": 1, "records": 1, "failures": 0, "errors": 0,
                                 "first_error": None, "last_error": None}
     assert get_json(f"{running_stack['receiver_url']}/_stats")[1]["effects"] == {key: 1}
+    # The functions ran as their roles, each with a key of its own (not the administrator's),
+    # and moto allowed every call.
+    calls = stack.decisions(running_stack["endpoint_url"])[seen:]
+    assert [d for d in calls if d["outcome"] != "allowed"] == []
+    keys = {d["action"]: d["key"] for d in calls if d["action"].startswith("sqs:")}
+    sent, deleted = keys["sqs:SendMessage"], keys["sqs:DeleteMessage"]
+    assert running_stack["administrator"]["access_key"] not in (sent, deleted)
+    assert sent != deleted  # the scanner's role, the consumer's role
     assert home("show", key, "--json").json()["state"] == "sent"
     assert home("status", "--json").json()["by_state"] == {**dict.fromkeys(STATES, 0),
                                                            "sent": 1}
@@ -285,7 +302,7 @@ def test_down_stops_everything_and_a_second_down_finds_nothing() -> None:
         assert (down.code, down.out, down.err) == (0, "local stack stopped\n", "")
         assert wait_until(lambda: not any(running(pid) for pid in pids)), pids
         assert refuses(f"{s['receiver_url']}/_stats")
-        assert refuses(f"{s['endpoint_url']}/moto-api/data.json")
+        assert refuses(f"{s['endpoint_url']}/_reminders/health")
         assert not (h.path / "pgdata" / "postmaster.pid").exists()
         assert not (h.path / "local.json").exists()
 

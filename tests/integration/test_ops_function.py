@@ -23,7 +23,8 @@ from reminders import config, db, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
 from reminders.local.sts_server import Principal, StsStandIn
-from tests.conftest import OPERATOR_ARN, T0, make_runtime
+from tests.aws_principals import OPERATOR_ARN, grant_operator, operator
+from tests.conftest import T0, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
@@ -43,8 +44,9 @@ def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: 
 
 
 @pytest.fixture
-def sts(sts_endpoint: str) -> Any:
-    return stack.aws_client("sts", sts_endpoint)
+def sts(sts_endpoint: str, moto_endpoint: str) -> Any:
+    """STS (the stand-in) as the operator: what the command line signs its proofs with."""
+    return stack.aws_client("sts", sts_endpoint, credentials=operator(moto_endpoint))
 
 
 def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
@@ -290,20 +292,23 @@ def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runt
 
 
 @pytest.fixture
-def own_sts(ops_runtime: runtime.Runtime, monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
+def own_sts(ops_runtime: runtime.Runtime, moto_endpoint: str,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[StsStandIn]:
     """A stand-in of the test's own (which it may stop, or make fail) as the function's STS."""
     stand_in = StsStandIn(region=stack.REGION)
-    stand_in.registry.add(Principal(stack.AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
-                                    stack.AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"], OPERATOR_ARN))
+    key = operator(moto_endpoint)
+    stand_in.registry.add(Principal(key.access_key, key.secret_key, OPERATOR_ARN))
     monkeypatch.setenv("REMINDERS_STS_ENDPOINT", stand_in.start())
     yield stand_in
     stand_in.stop()
 
 
 def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: Cli,
-                                                      conn: db.Connection) -> None:
+                                                      conn: db.Connection,
+                                                      moto_endpoint: str) -> None:
     schedule(cli)
-    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client("sts", own_sts.url))
+    event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client(
+        "sts", own_sts.url, credentials=operator(moto_endpoint)))
     own_sts.fault = 500
     answer = handler(event, Context("Reminders-ops"))
     assert answer == {"version": 1, "code": 5, "caller": None, "error": (
@@ -340,21 +345,25 @@ def lambda_endpoint(ops_runtime: runtime.Runtime) -> Iterator[tuple[str, LambdaS
 
 @pytest.fixture
 def deployed(moto_endpoint: str) -> str:
-    """A stack in moto's CloudFormation whose output names the function."""
+    """A stack in moto's CloudFormation whose output names the function; the operator has the
+    README's operator policy for it."""
     name = f"Reminders{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
                 "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
     stack.aws_client("cloudformation", moto_endpoint).create_stack(
         StackName=name, TemplateBody=json.dumps(template))
+    grant_operator(moto_endpoint, name, "Reminders-ops-fn")
     return name
 
 
 @pytest.fixture
 def remote(cli: Cli, moto_endpoint: str, sts_endpoint: str,
            lambda_endpoint: tuple[str, LambdaStandIn], tmp_path: Path) -> Cli:
-    """The command line with AWS credentials and no database of its own."""
+    """The command line as the operator (an IAM user in moto, the README's operator policy
+    for the stacks the test deploys) and no database of its own."""
     env = {k: v for k, v in cli.env.items() if k != "DATABASE_URL"}
-    return Cli({**env, **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": moto_endpoint,
+    return Cli({**env, **stack.AWS_TEST_ENV, **stack.credentials_env(operator(moto_endpoint)),
+                "AWS_ENDPOINT_URL": moto_endpoint,
                 "AWS_ENDPOINT_URL_STS": sts_endpoint,
                 "AWS_ENDPOINT_URL_LAMBDA": lambda_endpoint[0]})
 
@@ -395,14 +404,16 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
     assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
 
 
-def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli,
-                                                        deployed: str) -> None:
+def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli, deployed: str,
+                                                        moto_endpoint: str) -> None:
     here, there = cli("show", "nope"), remote("--stack", deployed, "show", "nope")
     assert (there.code, there.out, there.err) == (here.code, here.out, here.err) == (
         3, "", "reminders: error: no schedule or delivery with key 'nope'\n")
     got = remote("--stack", deployed, "list", "--limit", "5000")
     assert (got.code, got.err) == (2, "reminders: error: --limit: must be from 1 to 1000 "
                                       "through the operations function, got 5000\n")
+    # A stack the operator may describe (the README's policy names it) that is not deployed.
+    grant_operator(moto_endpoint, "NoSuchStack", "Reminders-ops")
     got = remote("--stack", "NoSuchStack", "status")
     assert got.code == 3
     assert got.err == (f"reminders: error: --stack: no stack 'NoSuchStack' in {stack.REGION} "
@@ -499,3 +510,25 @@ def test_stack_without_a_region_is_bad_input_not_unreachable(tmp_path: Path) -> 
                            "status"], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("reminders: error: no AWS region: set AWS_REGION")
+
+
+@pytest.mark.refusals_expected
+def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deployed: str,
+                                                            moto_endpoint: str) -> None:
+    """The README's operator policy names one stack: describing another is refused (moto
+    checks DescribeStacks against the stack's ARN, as AWS does), and nothing is invoked."""
+    other = f"Other{next(_stacks)}"
+    template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+                "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
+    stack.aws_client("cloudformation", moto_endpoint).create_stack(
+        StackName=other, TemplateBody=json.dumps(template))
+    seen = len(stack.decisions(moto_endpoint))
+    got = remote("--stack", other, "status")
+    assert got.code == 5
+    assert "AccessDenied" in got.err and "cloudformation:DescribeStacks" in got.err
+    refused = [d for d in stack.decisions(moto_endpoint)[seen:] if d["outcome"] != "allowed"]
+    assert [(d["action"], d["outcome"]) for d in refused] == [
+        ("cloudformation:DescribeStacks", "AccessDenied")]
+    assert refused[0]["resource"].startswith(
+        f"arn:aws:cloudformation:{stack.REGION}:{ACCOUNT}:stack/{other}/")
+    assert remote("--stack", deployed, "status").code == 0

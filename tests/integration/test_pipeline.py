@@ -15,6 +15,7 @@ from reminders.clock import iso
 from reminders.endpoints import signing_secrets
 from reminders.local import pipeline
 from reminders.queue import LeaseMessage
+from tests.aws_principals import function_roles
 from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
     at_most_one_effect_per_key,
@@ -524,21 +525,23 @@ def test_operator_reconciles_an_unknown_delivery(harness: Harness) -> None:
                            reason="again", now=h.clock.now())
 
 
+@pytest.mark.refusals_expected  # the scanner's role may not send to the vanished queue
 def test_messages_the_queue_refuses_are_released_for_the_next_tick(harness: Harness) -> None:
     from reminders.queue import Queue
 
     h = harness
     keys = schedule_webhook(h, "refused", recipients=["a", "b", "c"])
-    good = h.rt.deliveries
+    scanner = h.rt.functions["scanner"]
+    good = scanner.deliveries
     gone = h.sqs().create_queue(QueueName="about-to-vanish")["QueueUrl"]
     h.sqs().delete_queue(QueueUrl=gone)
-    h.rt.deliveries = Queue(good.client, gone)  # every SendMessageBatch now fails
-    h.rt.deliveries.depth = lambda: 0  # type: ignore[method-assign]
+    scanner.deliveries = Queue(good.client, gone)  # every SendMessageBatch now fails
+    scanner.deliveries.depth = lambda: 0  # type: ignore[method-assign]
     out = tick(h)
     assert (out["leased"], out["published"], out["released"]) == (3, 0, 3)
     assert {delivery(h, k)["state"] for k in keys} == {"scheduled"}
     assert all(due_entry(h, k) and not pending_lease(h, k) for k in keys)  # back in the due set
-    h.rt.deliveries = good
+    scanner.deliveries = good
     out = tick(h)
     assert (out["leased"], out["published"]) == (3, 3)
     work(h)
@@ -608,7 +611,8 @@ def test_two_copies_of_one_message_in_flight_start_one_attempt(harness: Harness)
     (key,) = schedule_webhook(h, "twins")
     tick(h)
     (msg,) = take_messages(h)
-    webhook = h.rt.channels["webhook"]
+    mine = h.rt.functions["consumer"]
+    webhook = mine.channels["webhook"]
     seen: list[dict[str, Any]] = []
 
     class SecondCopyArrivesMidSend:
@@ -619,11 +623,11 @@ def test_two_copies_of_one_message_in_flight_start_one_attempt(harness: Harness)
         honours_idempotency_key = True
 
         def send(self, message: Any, now: Any) -> Any:
-            h.rt.channels = {**h.rt.channels, "webhook": webhook}
+            mine.channels = {**mine.channels, "webhook": webhook}
             seen.append(consumer.process_batch(event_for(h, [msg]), h.rt))
             return webhook.send(message, now)
 
-    h.rt.channels = {**h.rt.channels, "webhook": SecondCopyArrivesMidSend()}
+    mine.channels = {**mine.channels, "webhook": SecondCopyArrivesMidSend()}
     first = consumer.process_batch(event_for(h, [msg]), h.rt)
     assert first == {"batchItemFailures": []} and seen == [{"batchItemFailures": []}]
     assert delivery(h, key)["state"] == "sent"
@@ -715,6 +719,7 @@ def test_a_message_that_always_fails_before_a_send_is_parked_dead(
     assert attempts(h, key) == []
 
 
+@pytest.mark.refusals_expected  # the scanner's role may not send to the vanished queue
 def test_a_publish_failure_does_not_count_as_an_empty_lease(harness: Harness,
                                                              database_url: str) -> None:
     from reminders.queue import Queue
@@ -723,14 +728,15 @@ def test_a_publish_failure_does_not_count_as_an_empty_lease(harness: Harness,
     h.rt.close()
     h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock, max_empty_leases=2)
     (key,) = schedule_webhook(h, "outage")
-    good = h.rt.deliveries
+    scanner = h.rt.functions["scanner"]
+    good = scanner.deliveries
     gone = h.sqs().create_queue(QueueName="outage-vanish")["QueueUrl"]
     h.sqs().delete_queue(QueueUrl=gone)
-    h.rt.deliveries = Queue(good.client, gone)
-    h.rt.deliveries.depth = lambda: 0  # type: ignore[method-assign]
+    scanner.deliveries = Queue(good.client, gone)
+    scanner.deliveries.depth = lambda: 0  # type: ignore[method-assign]
     for _ in range(4):  # SQS refuses for four ticks
         assert tick(h)["released"] == 1
-    h.rt.deliveries = good
+    scanner.deliveries = good
     tick(h)
     work(h)
     assert delivery(h, key)["state"] == "sent"
@@ -750,6 +756,7 @@ def test_redrive_counts_what_it_parks_as_metrics(harness: Harness, database_url:
     assert {"Dead": 1} in metrics.flushed
 
 
+@pytest.mark.refusals_expected  # the consumer's role may send only from its SES identity
 def test_an_ses_configuration_error_is_retried_and_counted_by_channel(
         harness: Harness) -> None:
     """A sender identity that is not verified fails every e-mail the same way: each is retried
@@ -761,8 +768,10 @@ def test_an_ses_configuration_error_is_retried_and_counted_by_channel(
 
     h = harness
     h.rt.settings = replace(h.rt.settings, email_sender="nobody@unverified.example")
-    h.rt.channels = build_channels(h.rt.settings, lambda service, config=None: stack.aws_client(
-        service, h.endpoint, config))
+    role = function_roles(h.endpoint, _urls(h))["consumer"]
+    h.rt.functions["consumer"].channels = build_channels(
+        h.rt.settings, lambda service, config=None: stack.aws_client(
+            service, h.endpoint, config, credentials=role.credentials))
     metrics = RecordingMetrics()
     h.rt.metrics = metrics
     result = schedules.schedule(h.conn, tenant="acme", recipients=["ida@example.com"],

@@ -18,6 +18,7 @@ from reminders import consumer, db, operator, redrive, scanner, schedules
 from reminders.clock import FixedClock
 from reminders.errors import Conflict, InvalidInput
 from reminders.invariants import violations
+from reminders.queue import Queue
 from reminders.recurrence import Recurrence
 from tests.conftest import Harness, PgCluster, make_runtime
 from tests.faults import drop
@@ -44,6 +45,11 @@ def _urls(h: Harness) -> Any:
     from reminders.config import QueueUrls
 
     return QueueUrls(h.rt.deliveries.url, h.rt.dlq.url, h.rt.parking.url)
+
+
+def _scanner_queue(h: Harness) -> Queue:
+    """The queue the scanner publishes to: its role's client (``Runtime.for_function``)."""
+    return h.rt.functions["scanner"].deliveries
 
 
 def _runtime(h: Harness, database_url: str, cluster: PgCluster | None = None,
@@ -410,7 +416,9 @@ def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) 
     (key,) = schedule_webhook(h, "killed")
     tick(h)
     messages = take_messages(h)
-    webhook = h.rt.channels["webhook"]
+    # The consumer sends through its own channels (its role's clients: Runtime.for_function).
+    consumer_clients = h.rt.functions["consumer"]
+    webhook = consumer_clients.channels["webhook"]
 
     class KillsTheConnection:
         name = "webhook"
@@ -422,10 +430,10 @@ def test_the_service_connection_killed_mid_send_loses_nothing(harness: Harness) 
             drop(conn)
             return webhook.send(message, now)
 
-    h.rt.channels = {**h.rt.channels, "webhook": KillsTheConnection()}
+    consumer_clients.channels = {**consumer_clients.channels, "webhook": KillsTheConnection()}
     answer = consumer.process_batch(event_for(h, messages), h.rt)
     assert len(answer["batchItemFailures"]) == 1
-    h.rt.channels = {**h.rt.channels, "webhook": webhook}
+    consumer_clients.channels = {**consumer_clients.channels, "webhook": webhook}
     row = delivery(h, key)
     assert row["state"] == "leased" and row["send_attempt"] == 1
     h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 1))
@@ -491,7 +499,7 @@ def test_a_reminder_falling_due_while_a_tick_drains_goes_out_in_its_next_pass(
     _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
     schedule_webhook(h, "fan", tenant="big", recipients=[f"p{i}" for i in range(50)])
     (late,) = schedule_webhook(h, "soon", tenant="small", at=h.clock.now() + minutes(0.5))
-    publish = h.rt.deliveries.publish
+    publish = _scanner_queue(h).publish
     passes: list[list[int]] = []
 
     def recorded(messages: Any, **kw: Any) -> Any:
@@ -507,7 +515,7 @@ def test_a_reminder_falling_due_while_a_tick_drains_goes_out_in_its_next_pass(
             h.clock.advance(timedelta(seconds=20))
             return read
 
-    h.rt.deliveries.publish = recorded  # type: ignore[method-assign]
+    _scanner_queue(h).publish = recorded  # type: ignore[method-assign]
     h.rt.clock = Passing()
     out = tick(h)
     row = delivery(h, late, tenant="small")
@@ -534,7 +542,7 @@ def test_the_next_pass_leases_while_the_last_one_is_handed_over(
     h = harness
     _runtime(h, database_url, scan_batch=10, inflight_budget=1000)
     schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(30)])
-    publish = h.rt.deliveries.publish
+    publish = _scanner_queue(h).publish
     overlapped: list[bool] = []
 
     def held(messages: Any, **kw: Any) -> Any:
@@ -545,7 +553,7 @@ def test_the_next_pass_leases_while_the_last_one_is_handed_over(
             overlapped.append(_leased_count(h) >= 20)
         return publish(messages, **kw)
 
-    h.rt.deliveries.publish = held  # type: ignore[method-assign]
+    _scanner_queue(h).publish = held  # type: ignore[method-assign]
     out = tick(h)
     assert overlapped == [True]
     assert (out["leased"], out["published"], out["released"], out["passes"]) == (30, 30, 0, 3)
@@ -565,7 +573,7 @@ def test_a_refused_pass_releases_the_pass_leased_meanwhile_and_the_tick_stops(
         handed.append(len(messages))
         return [Rejected(m, "ThrottlingException: slow down") for m in messages]
 
-    h.rt.deliveries.publish = refusing  # type: ignore[method-assign]
+    _scanner_queue(h).publish = refusing  # type: ignore[method-assign]
     out = tick(h)
     # Pass 0 was refused; pass 1 had leased meanwhile and went back unpublished; no pass 2.
     assert handed == [10]
@@ -589,7 +597,7 @@ def test_a_publisher_that_raises_refuses_its_whole_pass(harness: Harness,
     def raising(messages: Any, **kw: Any) -> Any:
         raise ConnectionResetError("the queue hung up")
 
-    h.rt.deliveries.publish = raising  # type: ignore[method-assign]
+    _scanner_queue(h).publish = raising  # type: ignore[method-assign]
     out = tick(h)
     assert (out["leased"], out["published"], out["released"]) == (5, 0, 5)
     assert {delivery(h, k)["state"] for k in keys} == {"scheduled"}
@@ -606,7 +614,7 @@ def test_a_publisher_raising_a_base_exception_leaves_no_lease_unreleased(
     def interrupted(messages: Any, **kw: Any) -> Any:
         raise KeyboardInterrupt
 
-    h.rt.deliveries.publish = interrupted  # type: ignore[method-assign]
+    _scanner_queue(h).publish = interrupted  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         tick(h)
     rows = [delivery(h, k) for k in keys]
@@ -631,7 +639,7 @@ def test_a_lease_an_application_is_ending_does_not_stop_a_refused_pass_going_bac
              db_lock_timeout_ms=300)
     keys = schedule_webhook(h, "fan", recipients=[f"p{i}" for i in range(20)])
     app = psycopg.connect(database_url, autocommit=False)
-    publish = h.rt.deliveries.publish
+    publish = _scanner_queue(h).publish
     held: list[int] = []
 
     def refusing_while_a_lease_is_ending(messages: Any, **kw: Any) -> Any:
@@ -643,7 +651,7 @@ def test_a_lease_an_application_is_ending_does_not_stop_a_refused_pass_going_bac
                     "where id = %s", (held[0],))
         return [Rejected(m, "ThrottlingException: slow down") for m in messages]
 
-    h.rt.deliveries.publish = refusing_while_a_lease_is_ending  # type: ignore[method-assign]
+    _scanner_queue(h).publish = refusing_while_a_lease_is_ending  # type: ignore[method-assign]
     try:
         out = tick(h)
         pending = [k for k in keys if pending_lease(h, k) is not None]
@@ -731,7 +739,7 @@ def test_a_tick_goes_on_handing_over_while_consumers_make_room(
     h = harness
     _runtime(h, database_url, scan_batch=10, inflight_budget=20)
     keys = schedule_webhook(h, "stream", recipients=[f"p{i}" for i in range(50)])
-    publish = h.rt.deliveries.publish
+    publish = _scanner_queue(h).publish
     # The consumers run on the hand-over thread while the scanner leases its next pass: they
     # have their own runtime (and connection), as they would in their own Lambda functions.
     consumers = make_runtime(database_url, _urls(h), h.endpoint, h.clock)
@@ -742,7 +750,7 @@ def test_a_tick_goes_on_handing_over_while_consumers_make_room(
         assert pipeline.work(consumers)["idle"]
         return rejected
 
-    h.rt.deliveries.publish = publish_and_consume  # type: ignore[method-assign]
+    _scanner_queue(h).publish = publish_and_consume  # type: ignore[method-assign]
     try:
         out = tick(h)
     finally:

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from reminders import db, endpoints, operator, runtime, schedules
 from reminders.clock import FixedClock, iso, parse_instant
-from reminders.local import pipeline, stack
+from reminders.local import pipeline, roles, stack
 from reminders.secret_box import SecretBox
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
@@ -128,6 +128,11 @@ def main(*, json_output: bool = False) -> int:
     fixed = os.environ.get("REMINDERS_NOW")
     clock = FixedClock(parse_instant(fixed, "REMINDERS_NOW") if fixed else START)
     rt = runtime.from_env(env, clock=clock)
+    # Each function runs as its role (the template's grants), the demo's own calls as moto's
+    # administrator.
+    rt.functions = roles.function_clients(
+        local.endpoint_url, rt.settings, urls,
+        roles.local_roles(local.endpoint_url, urls, local.secrets_key_id))
     conn = rt.connection()
     with db.transaction(conn):
         assert rt.secret_box is not None

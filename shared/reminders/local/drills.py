@@ -48,7 +48,7 @@ from reminders.clock import FixedClock, iso
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
 from reminders.errors import RemindersError
-from reminders.local import pipeline, pooler, stack
+from reminders.local import pipeline, pooler, roles, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.queue import Queue
 from reminders.runtime import Runtime, build_channels, secret_box
@@ -139,12 +139,14 @@ class Lab:
                     self.postgres_url, self.root / "pooler", stack.free_port())
             if not self.endpoint_url:
                 port = stack.free_port()
+                credentials = self.root / stack.MOTO_ADMIN_FILE
                 self._moto = subprocess.Popen(
-                    [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port)],
+                    [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port),
+                     "--credentials", str(credentials)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     stdin=subprocess.DEVNULL, env=_child_environment())
                 self.endpoint_url = f"http://127.0.0.1:{port}"
-                stack.wait_http(f"{self.endpoint_url}/moto-api/data.json")
+                stack.wait_moto(self.endpoint_url, credentials)
         except BaseException:
             self.close()
             raise
@@ -262,18 +264,24 @@ class Site:
         return env
 
     def runtime(self) -> Runtime:
-        """The handlers' runtime on the drill's clock, with clients of its own."""
+        """The handlers' runtime on the drill's clock. Its own clients are the drill's hands
+        (moto's administrator: set-up and checks); scanner, consumer, redrive and ops each run
+        with their role's (``Runtime.for_function``), granted what the template grants them."""
         settings = config.load(self.settings_env())
 
         def client(service: str, client_config: Any = None) -> Any:
             return stack.service_client(service, self.endpoint, client_config)
 
         sqs = client("sqs")
-        return Runtime(settings=settings, clock=self.clock,
-                       deliveries=Queue(sqs, self.queues.deliveries),
-                       dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
-                       channels=build_channels(settings, client), rng=random.Random(7),
-                       secret_box=secret_box(settings, client))
+        rt = Runtime(settings=settings, clock=self.clock,
+                     deliveries=Queue(sqs, self.queues.deliveries),
+                     dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
+                     channels=build_channels(settings, client), rng=random.Random(7),
+                     secret_box=secret_box(settings, client))
+        rt.functions = roles.function_clients(
+            self.endpoint, settings, self.queues,
+            roles.local_roles(self.endpoint, self.queues, self.secrets_key_id))
+        return rt
 
     @property
     def service(self) -> Runtime:
@@ -371,7 +379,9 @@ class Site:
 
     def spawn(self, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A ``reminders`` command in its own process, on this drill's settings and clock."""
-        env = {**_child_environment(), **stack.AWS_TEST_ENV, "AWS_ENDPOINT_URL": self.endpoint,
+        env = {**_child_environment(), **stack.AWS_TEST_ENV,
+               **stack.credentials_env(stack.administrator(self.endpoint)),
+               "AWS_ENDPOINT_URL": self.endpoint,
                **self.settings_env(), "REMINDERS_NOW": iso(self.clock.now()),
                "REMINDERS_HOME": str(self.work_dir / "home"), "LOG_LEVEL": "WARNING",
                **(extra or {})}
@@ -993,8 +1003,10 @@ def work_watching_batches(run: Run, good: Callable[[str], bool],
     rt = run.site.service
     runtime.install(rt)
     try:
-        sources = [EventSource(rt.deliveries, consumer, "consumer", stack.REGION),
-                   EventSource(rt.dlq, redrive_handler, "redrive", stack.REGION)]
+        sources = [EventSource(rt.for_function("consumer").deliveries, consumer, "consumer",
+                               stack.REGION),
+                   EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
+                               stack.REGION)]
         if not run_until_idle(sources, max_rounds=rt.settings.limits.work_rounds,
                               max_seconds=max_seconds):
             run.say(f"the queues were not idle after {max_seconds:g} s of wall time")

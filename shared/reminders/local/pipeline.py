@@ -23,8 +23,11 @@ def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -
 
     runtime.install(rt)
     try:
-        consumer = EventSource(rt.deliveries, consumer_handler, "consumer", region)
-        redrive = EventSource(rt.dlq, redrive_handler, "redrive", region)
+        # Lambda's poller reads each queue with the role of the function it invokes.
+        consumer = EventSource(rt.for_function("consumer").deliveries, consumer_handler,
+                               "consumer", region)
+        redrive = EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
+                              region)
         idle = run_until_idle([consumer, redrive], max_rounds=rt.settings.limits.work_rounds,
                               max_seconds=max_seconds)
     finally:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from reminders import db
+from reminders.aws_http import Credentials
 from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
@@ -29,8 +30,15 @@ from reminders.local import pooler
 
 REGION = "us-east-1"
 SENDER = "reminders@example.com"
-AWS_TEST_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
+# The SES identity the deployed stack's consumer may send from (infra's sesIdentity default):
+# the domain, verified here as it is there, so SES authorizes the sender against it.
+SENDER_IDENTITY = "example.com"
+# No credentials: moto refuses a key it did not make (InvalidClientTokenId), so whoever calls
+# must name a principal of the stack (the administrator's key, a function role's session).
+AWS_TEST_ENV = {"AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}
+# The administrator moto makes at start, by endpoint (reminders.local.moto_server).
+_administrators: dict[str, Credentials] = {}
+MOTO_ADMIN_FILE = "moto-admin.json"
 
 
 class StackError(RemindersError):
@@ -56,11 +64,19 @@ class LocalStack:
     # (``database_url``) goes through the PgBouncer in front of it, as functions go through
     # RDS Proxy.
     direct_url: str = ""
+    administrator: dict[str, str] | None = None  # moto's administrator key (moto_server)
 
     def env(self) -> dict[str, str]:
         """The settings every command and handler reads, pointing at this stack."""
         key = {"REMINDERS_SECRETS_KEY_ID": self.secrets_key_id} if self.secrets_key_id else {}
-        return {**AWS_TEST_ENV, **key,
+        if self.administrator:
+            register_administrator(self.endpoint_url, Credentials(
+                self.administrator["access_key"], self.administrator["secret_key"]))
+        # A stack recorded before moto had an administrator has no key to give: its commands
+        # run without credentials (AWS calls fail as such; `local up` restarts its moto).
+        known = _administrators.get(self.endpoint_url)
+        given = credentials_env(known) if known is not None else {}
+        return {**AWS_TEST_ENV, **key, **given,
                 "DATABASE_URL": self.database_url,
                 "AWS_ENDPOINT_URL": self.endpoint_url,
                 "REMINDERS_QUEUE_URL": self.queues["deliveries"],
@@ -237,29 +253,102 @@ def wait_http(url: str, seconds: float = 20.0) -> None:
             time.sleep(0.1)
 
 
-def aws_client(service: str, endpoint_url: str, config: Any = None) -> Any:
+def start_moto(port: int, credentials_file: Path, log: Path | None = None
+               ) -> subprocess.Popen[bytes]:
+    """moto in server mode on ``port``, with access control on; its administrator's key is
+    written to ``credentials_file`` (see :func:`wait_moto`)."""
+    credentials_file.unlink(missing_ok=True)
+    args = [sys.executable, "-m", "reminders.local.moto_server", "--port", str(port),
+            "--credentials", str(credentials_file)]
+    if log is None:
+        return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _spawn(args, log)
+
+
+def wait_moto(endpoint_url: str, credentials_file: Path) -> dict[str, str]:
+    """Wait for the moto server at ``endpoint_url`` to answer; register and return its
+    administrator (access_key, secret_key, arn, account)."""
+    wait_http(f"{endpoint_url}/_reminders/health")
+    admin: dict[str, str] = json.loads(credentials_file.read_text())
+    register_administrator(endpoint_url, Credentials(admin["access_key"], admin["secret_key"]))
+    return admin
+
+
+def decisions(endpoint_url: str) -> list[dict[str, str]]:
+    """Every authorization decision the moto server at ``endpoint_url`` took, in order: the
+    access key, the action as IAM names it, the resource, and "allowed" or the error code."""
+    from reminders.local.moto_server import CALLS_PATH
+
+    with urllib.request.urlopen(f"{endpoint_url}{CALLS_PATH}", timeout=10) as answer:
+        found: list[dict[str, str]] = json.loads(answer.read())
+    return found
+
+
+def register_administrator(endpoint_url: str, credentials: Credentials) -> None:
+    _administrators[endpoint_url] = credentials
+
+
+def enforces_access(endpoint_url: str) -> bool:
+    """Whether the moto server at ``endpoint_url`` is one :func:`start_moto` started (access
+    control on, its decisions recorded), as opposed to a test's own in-process moto."""
+    return endpoint_url in _administrators
+
+
+def administrator(endpoint_url: str) -> Credentials:
+    """The key of the administrator of the moto server at ``endpoint_url`` (one this process
+    started, or the recorded local stack's)."""
+    state = home() / "local.json"
+    if endpoint_url not in _administrators and state.exists():
+        recorded = json.loads(state.read_text())
+        admin = recorded.get("administrator")
+        if admin and recorded.get("endpoint_url") == endpoint_url:
+            register_administrator(endpoint_url, Credentials(admin["access_key"],
+                                                             admin["secret_key"]))
+    try:
+        return _administrators[endpoint_url]
+    except KeyError:
+        raise StackError(f"no administrator known for the moto server at {endpoint_url} "
+                         "(start it with start_moto and wait_moto)") from None
+
+
+def credentials_env(credentials: Credentials) -> dict[str, str]:
+    """The environment variables that give a process ``credentials``."""
+    env = {"AWS_ACCESS_KEY_ID": credentials.access_key,
+           "AWS_SECRET_ACCESS_KEY": credentials.secret_key}
+    if credentials.token:
+        env["AWS_SESSION_TOKEN"] = credentials.token
+    return env
+
+
+def aws_client(service: str, endpoint_url: str, config: Any = None, *,
+               credentials: Credentials | None = None) -> Any:
+    """A boto3 client on this stack, as ``credentials`` (the administrator if None: set-up
+    and inspection, never a function's own calls)."""
     import boto3
 
+    given = credentials or administrator(endpoint_url)
     return boto3.client(  # type: ignore[call-overload]
         service, endpoint_url=endpoint_url, region_name=REGION,
-                        aws_access_key_id="testing", aws_secret_access_key="testing",
-                        config=config)
+        aws_access_key_id=given.access_key, aws_secret_access_key=given.secret_key,
+        aws_session_token=given.token, config=config)
 
 
-def service_client(service: str, endpoint_url: str, config: Any = None) -> Any:
+def service_client(service: str, endpoint_url: str, config: Any = None, *,
+                   credentials: Credentials | None = None) -> Any:
     """The client a runtime on this stack gets for ``service``, as in Lambda: the SigV4 one
     (``reminders.aws_http``) for SQS, Secrets Manager, KMS and Invoke, boto3 for the rest (the
-    channels' sends, with their botocore ``Config``)."""
+    channels' sends, with their botocore ``Config``); as ``credentials`` (a function role's),
+    else the administrator."""
     from reminders import aws_http
     from reminders.aws import DEFAULT_LIMITS
 
+    given = credentials or administrator(endpoint_url)
     if service in aws_http.SERVICES and (config is None or isinstance(config, aws_http.Limits)):
         return aws_http.client(
             service, config or DEFAULT_LIMITS,
             env={"AWS_ENDPOINT_URL": endpoint_url, "AWS_REGION": REGION},
-            credentials=lambda: aws_http.Credentials(AWS_TEST_ENV["AWS_ACCESS_KEY_ID"],
-                                                     AWS_TEST_ENV["AWS_SECRET_ACCESS_KEY"]))
-    return aws_client(service, endpoint_url, config)
+            credentials=lambda: given)
+    return aws_client(service, endpoint_url, config, credentials=given)
 
 
 def create_queues(sqs: Any, prefix: str, *, visibility_timeout: int,
@@ -295,7 +384,7 @@ def prepare_aws(endpoint_url: str, prefix: str = "reminders", *, visibility_time
     urls = create_queues(aws_client("sqs", endpoint_url), prefix,
                          visibility_timeout=visibility_timeout,
                          max_receive_count=max_receive_count)
-    aws_client("ses", endpoint_url).verify_email_identity(EmailAddress=SENDER)
+    aws_client("ses", endpoint_url).verify_domain_identity(Domain=SENDER_IDENTITY)
     return urls
 
 
@@ -431,11 +520,16 @@ def start(*, visibility_timeout: int = 2,
     pids["pooler"] = pooler_pid
     spawned: list[tuple[subprocess.Popen[bytes], str]] = []
     try:
-        moto_why = why_start("moto", f"{endpoint}/moto-api/data.json")
+        moto_why = why_start("moto", f"{endpoint}/_reminders/health")
+        if not moto_why and not (old and old.administrator):  # a stack from before
+            _stop({"moto": old_pids["moto"]})
+            moto_why = "was running without access control"
         if moto_why:
+            (root / MOTO_ADMIN_FILE).unlink(missing_ok=True)
             proc, endpoint = _spawn_server(
-                "moto_server", [], _same_port_or_free(endpoint) if old else free_port(), root)
-            spawned.append((proc, f"{endpoint}/moto-api/data.json"))
+                "moto_server", ["--credentials", str(root / MOTO_ADMIN_FILE)],
+                _same_port_or_free(endpoint) if old else free_port(), root)
+            spawned.append((proc, f"{endpoint}/_reminders/health"))
             pids["moto"] = proc.pid
         receiver_why = why_start("receiver", f"{receiver_url}/_stats")
         if receiver_why:
@@ -446,6 +540,12 @@ def start(*, visibility_timeout: int = 2,
             pids["receiver"] = proc.pid
         for proc, probe in spawned:
             _wait_server(proc, probe)
+        if moto_why:
+            admin = wait_moto(endpoint, root / MOTO_ADMIN_FILE)
+        else:
+            admin = old.administrator if old and old.administrator else {}
+            register_administrator(endpoint, Credentials(admin["access_key"],
+                                                         admin["secret_key"]))
         queues = old.queues if old else {}
         secrets_key = old.secrets_key_id if old else ""
         if moto_why or not secrets_key:
@@ -472,7 +572,7 @@ def start(*, visibility_timeout: int = 2,
     stack = LocalStack(database_url=pooled, endpoint_url=endpoint, region=REGION,
                        queues=queues, receiver_url=receiver_url, receiver_secret=secret,
                        pgdata=str(pgdata), pids=pids, secrets_key_id=secrets_key,
-                       direct_url=url)
+                       direct_url=url, administrator=admin)
     if stack != old:
         state.write_text(json.dumps(stack.as_json(), indent=2))
     return stack, restarted

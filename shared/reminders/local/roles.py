@@ -1,0 +1,270 @@
+"""The functions' IAM roles on one machine, as the synthesized template grants them.
+
+The template is the source of truth: for each service function, the statements of the
+``AWS::IAM::Policy`` documents attached to its role, and the Allow statements of resource
+policies (a KMS key policy) that name the role as principal, with every reference resolved to
+the local resource it stands for (a queue's ARN in moto, the secrets key's ARN, the region,
+account and partition). A reference to something the local stack does not have (a log group,
+the database secret when the URL is given whole) resolves to an ARN no resource has, so that
+grant allows nothing here. Each role is made in moto with exactly those statements; its
+credentials come from ``sts:AssumeRole``, as Lambda's do (a session token with every call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reminders.aws_http import Credentials
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SERVICE_FUNCTIONS = ("scanner", "consumer", "redrive", "ops", "publisher")
+# The variant whose scanner publishes to the queue itself, as a runtime without a fan-out does.
+SELF_PUBLISHING = {"publisherFanOut": "false"}
+# Template logical ids (CDK's construct path and a hash) of the resources the local stack has.
+LOCAL_RESOURCES = {
+    "deliveries": re.compile(r"^QueuesDeliveries[0-9A-F]{8}$"),
+    "dlq": re.compile(r"^QueuesDeadLetter[0-9A-F]{8}$"),
+    "parking": re.compile(r"^QueuesParking[0-9A-F]{8}$"),
+    "secrets_key": re.compile(r"^SecretsKey[0-9A-F]{8}$"),
+    "app_secret": re.compile(r"^DatabaseAppSecretAttachment[0-9A-F]{8}$"),
+    "publisher": re.compile(r"^FunctionsPublisher[0-9A-F]{8}$"),
+}
+
+
+class TemplateError(Exception):
+    """The template does not have what a role is read from; the message says what."""
+
+
+def synthesized_template(context: Mapping[str, str], cache_dir: Path | None = None) -> Any:
+    """The template ``python -m infra.app`` gives with ``context``: synthesized once in a
+    process of its own (the CDK runs in node), then kept under ``build/`` until a file of
+    ``infra/`` or ``cdk.json`` changes."""
+    infra = REPO_ROOT / "infra"
+    if not infra.is_dir():
+        raise TemplateError(f"no infra/ beside {Path(__file__).parent}: the template (what the "
+                            "roles are read from) is synthesized from the checkout")
+    digest = hashlib.sha256(json.dumps(dict(sorted(context.items()))).encode())
+    for path in sorted([*infra.rglob("*.py"), REPO_ROOT / "cdk.json"]):
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    cache = (cache_dir or REPO_ROOT / "build" / "templates") / f"{digest.hexdigest()[:16]}.json"
+    if not cache.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        script = ("import json, sys\n"
+                  "from infra.app import build_app\n"
+                  "app = build_app(context=json.loads(sys.argv[1]), outdir=sys.argv[2])\n"
+                  "assembly = app.synth()\n"
+                  "stack = assembly.stacks[0]\n"
+                  "open(sys.argv[3], 'w').write(json.dumps(stack.template))\n")
+        outdir = cache.with_suffix(".out")
+        partial = cache.with_suffix(".partial")
+        subprocess.run([sys.executable, "-c", script, json.dumps(dict(context)), str(outdir),
+                        str(partial)], cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
+                       env=_synth_env())
+        partial.replace(cache)
+    return json.loads(cache.read_text())
+
+
+def _synth_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CDK_DEFAULT_ACCOUNT", "CDK_DEFAULT_REGION")}
+    env["JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "shared"), str(REPO_ROOT),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the template's references resolve to on this stack."""
+
+    region: str
+    account: str
+    arns: Mapping[str, str]  # LOCAL_RESOURCES name -> the local resource's ARN
+    partition: str = "aws"
+
+    def arn_of(self, logical_id: str) -> str:
+        for name, pattern in LOCAL_RESOURCES.items():
+            if pattern.match(logical_id) and name in self.arns:
+                return self.arns[name]
+        # Not here (a log group, a subnet, the master secret): an ARN no resource has.
+        return f"arn:{self.partition}:unresolved:{self.region}:{self.account}:{logical_id}"
+
+
+def resolve(value: Any, place: Place) -> Any:
+    """``value`` with its intrinsic functions (Ref, Fn::GetAtt …Arn, Fn::Join, Fn::Sub)
+    resolved for ``place``."""
+    pseudo = {"AWS::Region": place.region, "AWS::AccountId": place.account,
+              "AWS::Partition": place.partition, "AWS::URLSuffix": "amazonaws.com"}
+    if isinstance(value, list):
+        return [resolve(v, place) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"}:
+        return pseudo.get(value["Ref"]) or place.arn_of(value["Ref"])
+    if set(value) == {"Fn::GetAtt"}:
+        logical_id, attribute = value["Fn::GetAtt"]
+        if attribute != "Arn":
+            raise TemplateError(f"a policy names {logical_id}.{attribute}, not an ARN")
+        return place.arn_of(logical_id)
+    if set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(str(resolve(p, place)) for p in parts)
+    if set(value) == {"Fn::Sub"}:
+        text = value["Fn::Sub"]
+        if not isinstance(text, str):
+            raise TemplateError(f"Fn::Sub with variables is not read here: {value}")
+        return re.sub(r"\$\{([^}]+)\}", lambda m: str(resolve({"Ref": m.group(1)}, place)),
+                      text)
+    return {k: resolve(v, place) for k, v in value.items()}
+
+
+def _function(template: Any, name: str) -> tuple[str, dict[str, Any]]:
+    handler = f"functions.{name}.handler.handler"
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function" and \
+                resource["Properties"].get("Handler") == handler:
+            return logical_id, resource
+    raise TemplateError(f"the template has no function with handler {handler}")
+
+
+def _names_role(principal: Any, role_id: str) -> bool:
+    aws = principal.get("AWS") if isinstance(principal, dict) else None
+    entries = aws if isinstance(aws, list) else [aws]
+    return {"Fn::GetAtt": [role_id, "Arn"]} in entries
+
+
+def granted_statements(template: Any, name: str) -> list[dict[str, Any]]:
+    """What function ``name``'s role is granted, unresolved, in template order: its IAM
+    policies' statements, then the resource policies' Allow statements that name the role
+    (their Resource "*" stands for the resource that holds the policy)."""
+    _, function = _function(template, name)
+    role_ref = function["Properties"]["Role"]
+    if set(role_ref) != {"Fn::GetAtt"}:
+        raise TemplateError(f"{name}'s role is not a role of the template: {role_ref}")
+    role_id = role_ref["Fn::GetAtt"][0]
+    role = template["Resources"][role_id]["Properties"]
+    if role.get("ManagedPolicyArns") or role.get("Policies"):
+        raise TemplateError(f"{name}'s role has managed or inline policies; read them here")
+    statements: list[dict[str, Any]] = []
+    for resource in template["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in props["Roles"]:
+            statements += props["PolicyDocument"]["Statement"]
+    for logical_id, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::KMS::Key":
+            continue
+        for statement in resource["Properties"]["KeyPolicy"]["Statement"]:
+            if statement["Effect"] == "Allow" and _names_role(statement["Principal"], role_id):
+                statement = {k: v for k, v in statement.items() if k != "Principal"}
+                statement["Resource"] = {"Fn::GetAtt": [logical_id, "Arn"]}
+                statements.append(statement)
+    return statements
+
+
+def policy_document(template: Any, name: str, place: Place) -> dict[str, Any]:
+    """Function ``name``'s grants as one IAM policy document, resolved for ``place``."""
+    return {"Version": "2012-10-17",
+            "Statement": [resolve(s, place) for s in granted_statements(template, name)]}
+
+
+def granted_actions(document: Mapping[str, Any]) -> set[str]:
+    """The actions a policy document allows (as written: a wildcard stays a wildcard)."""
+    actions: set[str] = set()
+    for statement in document["Statement"]:
+        if statement["Effect"] == "Allow":
+            action = statement["Action"]
+            actions.update(action if isinstance(action, list) else [action])
+    return actions
+
+
+@dataclass(frozen=True)
+class FunctionRole:
+    function: str
+    arn: str
+    document: Mapping[str, Any]
+    credentials: Credentials
+
+
+def create_roles(iam: Any, sts: Any, template: Any, place: Place, administrator_arn: str,
+                 functions: tuple[str, ...] = SERVICE_FUNCTIONS,
+                 prefix: str = "reminders") -> dict[str, FunctionRole]:
+    """One role per function in moto (``iam``, ``sts``: the administrator's clients), with
+    the template's grants for it; the administrator may assume them (Lambda does, in AWS)."""
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": administrator_arn},
+         "Action": "sts:AssumeRole"}]})
+    roles: dict[str, FunctionRole] = {}
+    for name in functions:
+        try:
+            document = policy_document(template, name, place)
+        except TemplateError:
+            if name == "publisher":  # a variant without a fan-out has no publisher
+                continue
+            raise
+        role_name = f"{prefix}-{name}-{uuid.uuid4().hex[:8]}"
+        arn = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        iam.put_role_policy(RoleName=role_name, PolicyName="template",
+                            PolicyDocument=json.dumps(document))
+        answer = sts.assume_role(RoleArn=arn, RoleSessionName=name, DurationSeconds=43_200)
+        given = answer["Credentials"]
+        roles[name] = FunctionRole(name, arn, document, Credentials(
+            given["AccessKeyId"], given["SecretAccessKey"], given["SessionToken"]))
+    return roles
+
+
+def local_roles(endpoint_url: str, urls: Any, secrets_key_arn: str, *,
+                functions: tuple[str, ...] = SERVICE_FUNCTIONS, prefix: str | None = None,
+                **resources: str) -> dict[str, FunctionRole]:
+    """Roles in the moto server at ``endpoint_url`` (whose administrator is registered with
+    the stack module) for ``functions``, granted what the template (the variant whose scanner
+    publishes itself) grants them on these queues (``urls``: a config.QueueUrls), the secrets
+    key and ``resources`` (more local ARNs by LOCAL_RESOURCES name: ``app_secret``). New roles
+    every call; the prefix defaults to the deliveries queue's."""
+    from reminders.local import stack
+    from reminders.local.moto_server import ACCOUNT
+
+    template = synthesized_template(SELF_PUBLISHING)
+    arns = {name: f"arn:aws:sqs:{stack.REGION}:{ACCOUNT}:{url.rsplit('/', 1)[1]}"
+            for name, url in (("deliveries", urls.deliveries), ("dlq", urls.dlq),
+                              ("parking", urls.parking))}
+    place = Place(region=stack.REGION, account=ACCOUNT,
+                  arns={**arns, "secrets_key": secrets_key_arn, **resources})
+    admin_arn = stack.aws_client("sts", endpoint_url).get_caller_identity()["Arn"]
+    return create_roles(
+        stack.aws_client("iam", endpoint_url), stack.aws_client("sts", endpoint_url), template,
+        place, admin_arn, functions=functions,
+        prefix=prefix or urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries"))
+
+
+def function_clients(endpoint_url: str, settings: Any, urls: Any,
+                     function_roles: Mapping[str, FunctionRole]) -> dict[str, Any]:
+    """Each function's own AWS clients on the moto server at ``endpoint_url`` (queues, channels
+    and secret box, as its role): what ``Runtime.functions`` holds on one machine."""
+    from reminders.local import stack
+    from reminders.queue import Queue
+    from reminders.runtime import FunctionClients, build_channels, secret_box
+
+    def clients(credentials: Credentials) -> FunctionClients:
+        def client(service: str, client_config: Any = None) -> Any:
+            return stack.service_client(service, endpoint_url, client_config,
+                                        credentials=credentials)
+
+        sqs = client("sqs")
+        return FunctionClients(deliveries=Queue(sqs, urls.deliveries), dlq=Queue(sqs, urls.dlq),
+                               parking=Queue(sqs, urls.parking),
+                               channels=build_channels(settings, client),
+                               secret_box=secret_box(settings, client))
+
+    return {name: clients(role.credentials) for name, role in function_roles.items()}

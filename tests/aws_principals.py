@@ -1,0 +1,81 @@
+"""The AWS principals the tests run as, made once per moto server (a module of its own: pytest
+may import conftest.py twice, once as ``conftest`` and once as ``tests.conftest``, and each
+copy would cache its own)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from reminders import config
+from reminders.aws_http import Credentials
+from reminders.local import roles, stack
+from reminders.local.moto_server import ACCOUNT
+
+
+@functools.cache
+def secrets_key(endpoint: str) -> str:
+    """The KMS key (in the moto server at ``endpoint``) the tests seal webhook secrets with."""
+    return stack.create_secrets_key(endpoint)
+
+
+@functools.cache
+def function_roles(endpoint: str, urls: config.QueueUrls) -> dict[str, roles.FunctionRole]:
+    """Each service function's role in the moto server at ``endpoint``, granted what the
+    template (the variant whose scanner publishes itself, as the tests' runtime does) grants
+    it, on these queues and the tests' secrets key."""
+    return make_roles(endpoint, urls)
+
+
+def make_roles(endpoint: str, urls: config.QueueUrls,
+               functions: tuple[str, ...] = roles.SERVICE_FUNCTIONS,
+               **resources: str) -> dict[str, roles.FunctionRole]:
+    """Roles for ``functions`` as :func:`function_roles` makes them, with ``resources`` (the
+    ARNs of more local resources by roles.LOCAL_RESOURCES name: ``app_secret``) resolved too;
+    new ones every call."""
+    return roles.local_roles(endpoint, urls, secrets_key(endpoint), functions=functions,
+                             **resources)
+
+
+# The operator the tests' STS stand-in names for the operator's key (see operator()).
+OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:user/operator"
+_README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_operator_policy(*, region: str, account: str, stack_name: str,
+                           function_name: str) -> dict[str, Any]:
+    """The README's "IAM permissions an operator needs", with its account, region, stack name
+    and function name replaced (as the README tells the reader to)."""
+    text = _README.read_text()
+    after = text.split("The IAM permissions an operator needs", 1)[1]
+    block = after.split("```json\n", 1)[1].split("```", 1)[0]
+    document: dict[str, Any] = json.loads(block)
+    for statement in document["Statement"]:
+        statement["Resource"] = (
+            statement["Resource"].replace("eu-west-1", region).replace("111122223333", account)
+            .replace("stack/Reminders/", f"stack/{stack_name}/")
+            .replace("function:Reminders-ops", f"function:{function_name}"))
+    return document
+
+
+@functools.cache
+def operator(endpoint: str) -> Credentials:
+    """An IAM user "operator" in the moto server at ``endpoint`` with an access key and no
+    permissions yet (grant_operator gives it the README's, for a stack)."""
+    iam = stack.aws_client("iam", endpoint)
+    iam.create_user(UserName="operator")
+    key = iam.create_access_key(UserName="operator")["AccessKey"]
+    return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
+
+
+def grant_operator(endpoint: str, stack_name: str, function_name: str) -> None:
+    """Give the operator the README's operator policy for ``stack_name`` and its function
+    (one policy per stack, as an administrator would name it)."""
+    operator(endpoint)
+    document = readme_operator_policy(region=stack.REGION, account=ACCOUNT,
+                                      stack_name=stack_name, function_name=function_name)
+    stack.aws_client("iam", endpoint).put_user_policy(
+        UserName="operator", PolicyName=f"reminders-operator-{stack_name}",
+        PolicyDocument=json.dumps(document))
