@@ -82,7 +82,7 @@ def test_the_consumer_role_may_not_delete_its_queue_nor_send_where_it_was_not_gr
 def _kept_in_readme() -> set[str]:
     """The grants the README's "AWS permissions" section says no code calls, and why kept."""
     text = README.read_text()
-    section = text.split("### What the local stack proves, and what only a deploy can", 1)[1]
+    section = text.split("### AWS permissions on the local stack", 1)[1]
     section = section.split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| Kept grant")]
     assert rows, "the README lists no kept grants"
