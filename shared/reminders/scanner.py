@@ -275,10 +275,14 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     counted_at: datetime | None = None
     last_out = time.monotonic()  # when a pass last leased anything
 
+    # Waits end early enough for the steps after the drain to end by the deadline too, so a
+    # tick that waited its whole time still hands the turn on before the next minute's tick.
+    waits_end = deadline - AFTER_DRAIN_SECONDS_MAX
+
     def wait(seconds: float, *, for_the_clock: bool = False) -> bool:
         """Sleep within the tick (waiting for room, also within the patience since a pass
         last leased anything); False: stop instead. No patience: never waits."""
-        ends = deadline if for_the_clock else min(deadline, last_out + patience)
+        ends = waits_end if for_the_clock else min(waits_end, last_out + patience)
         if patience <= 0 or seconds <= 0 or time.monotonic() + seconds > ends:
             return False
         before = rt.clock.now()
