@@ -238,12 +238,8 @@ def _as_function_roles(rt: Any, env: dict[str, str]) -> None:
     if running is None or env.get("AWS_ENDPOINT_URL") != running.endpoint_url:
         return
     urls = config.require_queues(rt.settings)
-    try:
-        made = roles.local_roles(running.endpoint_url, urls, rt.settings.secrets_key_id,
-                                 prefix="local")
-    except roles.TemplateError:
-        return
-    rt.functions = roles.function_clients(running.endpoint_url, rt.settings, urls, made)
+    roles.as_their_roles(rt, running.endpoint_url, urls, rt.settings.secrets_key_id,
+                         prefix="local")
 
 
 # ---------------------------------------------------------------- commands

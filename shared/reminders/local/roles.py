@@ -58,6 +58,11 @@ def synthesized_template(context: Mapping[str, str], cache_dir: Path | None = No
         digest.update(path.read_bytes())
     cache = (cache_dir or REPO_ROOT / "build" / "templates") / f"{digest.hexdigest()[:16]}.json"
     if not cache.exists():
+        import importlib.util
+
+        if importlib.util.find_spec("aws_cdk") is None:  # `make demo` installs no CDK
+            raise TemplateError("the CDK is not installed here (the `infra` extra, which "
+                                "`make test` installs), so no template to read the roles from")
         cache.parent.mkdir(parents=True, exist_ok=True)
         script = ("import json, sys\n"
                   "from infra.app import build_app\n"
@@ -67,9 +72,13 @@ def synthesized_template(context: Mapping[str, str], cache_dir: Path | None = No
                   "open(sys.argv[3], 'w').write(json.dumps(stack.template))\n")
         outdir = cache.with_suffix(".out")
         partial = cache.with_suffix(".partial")
-        subprocess.run([sys.executable, "-c", script, json.dumps(dict(context)), str(outdir),
-                        str(partial)], cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
-                       env=_synth_env())
+        try:
+            subprocess.run([sys.executable, "-c", script, json.dumps(dict(context)),
+                            str(outdir), str(partial)], cwd=REPO_ROOT, check=True,
+                           stdout=subprocess.DEVNULL, env=_synth_env())
+        except subprocess.CalledProcessError as exc:
+            raise TemplateError(f"synthesizing the template failed (exit {exc.returncode}); "
+                                "`make synth` shows why") from None
         partial.replace(cache)
     return json.loads(cache.read_text())
 
@@ -246,6 +255,20 @@ def local_roles(endpoint_url: str, urls: Any, secrets_key_arn: str, *,
         stack.aws_client("iam", endpoint_url), stack.aws_client("sts", endpoint_url), template,
         place, admin_arn, functions=functions,
         prefix=prefix or urls.deliveries.rsplit("/", 1)[1].removesuffix("-deliveries"))
+
+
+def as_their_roles(rt: Any, endpoint_url: str, urls: Any, secrets_key_arn: str,
+                   **kwargs: Any) -> str | None:
+    """Give ``rt`` each function's clients as its role (the template's grants) on the moto
+    server at ``endpoint_url``. Where no template can be had (the CDK not installed, as after
+    `make demo`'s set-up), the functions keep ``rt``'s own credentials (moto's administrator):
+    returns why, to say so, or None when they run as their roles."""
+    try:
+        made = local_roles(endpoint_url, urls, secrets_key_arn, **kwargs)
+    except TemplateError as exc:
+        return str(exc)
+    rt.functions = function_clients(endpoint_url, rt.settings, urls, made)
+    return None
 
 
 def function_clients(endpoint_url: str, settings: Any, urls: Any,
