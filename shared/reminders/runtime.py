@@ -94,9 +94,10 @@ class Runtime:
 
     def opening(self, work: Callable[[db.Connection], T]) -> tuple[db.Connection, T]:
         """Run the opening statements of a unit of work (a batch, a tick), ones that write
-        nothing, on the process's connection. If the connection turns out to be gone there
+        nothing or nothing a second run changes (the scanner's turn, retaken with its own
+        token), on the process's connection. If the connection turns out to be gone there
         (dropped after :meth:`connection` looked at it), it is replaced once and they run
-        again: nothing was written, so nothing is replayed. What follows runs on the
+        again: nothing is replayed that could change anything twice. What follows runs on the
         connection returned; a drop once anything may have been written fails the unit as
         always, and the at-least-once machinery (redelivery, the lease's expiry) recovers."""
         conn = self.connection()
