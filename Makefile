@@ -79,8 +79,11 @@ console: $(CONSOLE_STAMP) pooler
 screenshots: setup
 	$(BIN)/python -m tests.console_screenshots
 
+# Every core: each worker has its own Postgres, PgBouncer and moto (TEST_WORKERS=0: one process).
+TEST_WORKERS ?= auto
+
 test: setup pooler lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 lint: setup
 	$(BIN)/ruff check .

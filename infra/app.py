@@ -11,6 +11,7 @@ import os
 
 from aws_cdk import App
 
+from infra.layer import build_lock
 from infra.nag import attach_checks
 from infra.settings import Settings
 from infra.stack import RemindersStack
@@ -19,7 +20,8 @@ from infra.stack import RemindersStack
 def build_app(context: dict[str, object] | None = None, outdir: str | None = None) -> App:
     app = App(context=context, outdir=outdir)
     settings = Settings.from_node(app.node)
-    RemindersStack(app, settings.stack_name, settings=settings)
+    with build_lock():  # the layer and the code are built, staged and hashed here
+        RemindersStack(app, settings.stack_name, settings=settings)
     attach_checks(app)
     return app
 

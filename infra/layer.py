@@ -19,12 +19,15 @@ no such interpreter here, both ship source only and the build says so.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -154,6 +157,33 @@ def _remove_runtime_provided(site_packages: Path) -> None:
                 shutil.rmtree(path)
     # Console scripts are of no use in a layer.
     shutil.rmtree(site_packages / "bin", ignore_errors=True)
+
+
+_held = 0  # how deep this process is inside build_lock()
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """Hold ``build/``'s lock: one process at a time builds the layer or stages the code
+    (each rewrites its folder in place), whichever processes synthesize at once (the test
+    suite's workers, ``make synth`` beside ``make test``). Re-entrant within a process."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    with (BUILD_DIR / ".lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:

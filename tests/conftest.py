@@ -170,9 +170,9 @@ def refusals_fail_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
     if not stack.enforces_access(endpoint):  # a module's own in-process moto (no decisions)
         yield
         return
-    seen = len(stack.decisions(endpoint))
+    seen = stack.decision_count(endpoint)
     yield
-    refused = [d for d in stack.decisions(endpoint)[seen:] if d["outcome"] != "allowed"]
+    refused = [d for d in stack.decisions(endpoint, since=seen) if d["outcome"] != "allowed"]
     if request.node.get_closest_marker("refusals_expected") is None:
         assert not refused, f"moto refused calls the code made: {refused}"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.layer import build_layer
+from infra.layer import BUILD_DIR, build_layer, build_lock
 from tests.infra.synth import Synthesized, synthesize
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
@@ -48,8 +48,18 @@ SWITCHED_CONTEXT: dict[str, object] = {
 
 @pytest.fixture(scope="session")
 def layer_dir() -> Path:
-    """Built afresh once per session (PyPI only), then used by every synth below."""
-    return build_layer(force=True)
+    """Built afresh once per run (PyPI only), then used by every synth below: by the first
+    of the run's workers to get here (the others find it built, under build/'s lock)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid-{os.getpid()}")
+    with build_lock():
+        stamp = BUILD_DIR / f".layer-built-{run}"
+        if stamp.exists():
+            return build_layer()
+        for old in BUILD_DIR.glob(".layer-built-*"):
+            old.unlink()
+        built = build_layer(force=True)
+        stamp.touch()
+        return built
 
 
 @pytest.fixture(scope="session")

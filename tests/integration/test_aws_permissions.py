@@ -99,14 +99,14 @@ def test_every_grant_a_function_has_is_one_it_calls(harness: Harness) -> None:
         schedules.schedule(h.conn, tenant="acme", recipients=["r"], channel=channel, to=to,
                            at=h.clock.now(), now=h.clock.now(), key=f"calls-{channel}")
     h.rt.deliveries.send_raw("{not json", {})  # fails until the DLQ: redrive parks it
-    seen = len(stack.decisions(h.endpoint))
+    seen = stack.decision_count(h.endpoint)
     for _ in range(4):
         tick(h)
         work(h)
     roles = function_roles(h.endpoint, _urls(h))
     by_key = {role.credentials.access_key: name for name, role in roles.items()}
     called: dict[str, set[str]] = {name: set() for name in ("scanner", "consumer", "redrive")}
-    for decision in stack.decisions(h.endpoint)[seen:]:
+    for decision in stack.decisions(h.endpoint, since=seen):
         if decision["key"] in by_key:
             called[by_key[decision["key"]]].add(decision["action"])
     from reminders.local.roles import granted_actions

@@ -99,7 +99,8 @@ class World:
         self.database_url = database_url
         self.settings = config.load({"DATABASE_URL": database_url,
                                      "REMINDERS_LEASE_SECONDS": str(LEASE_SECONDS),
-                                     "REMINDERS_DB_LOCK_TIMEOUT_MS": "10000"})
+                                     "REMINDERS_DB_LOCK_TIMEOUT_MS": "10000",
+                                     "REMINDERS_REFILL_PATIENCE_SECONDS": "0"})
         self.channels = {"webhook": RecordingChannel("webhook", True),
                          "email": RecordingChannel("email", False)}
         self.queue = MemoryQueue()

@@ -243,7 +243,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
                      "webhook", "--to", url, "--at", DUE, "--key", "k1", "--json",
                      now="2027-03-01T09:00:00Z").json()
     key = scheduled["delivery_key"]
-    seen = len(stack.decisions(running_stack["endpoint_url"]))
+    seen = stack.decision_count(running_stack["endpoint_url"])
     tick = home("tick", "--json", now=DUE).json()
     assert (tick["leased"], tick["published"]) == (1, 1)
     work = home("work", "--json", "--max-seconds", "20", now=DUE).json()
@@ -253,7 +253,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
     assert get_json(f"{running_stack['receiver_url']}/_stats")[1]["effects"] == {key: 1}
     # The functions ran as their roles, each with a key of its own (not the administrator's),
     # and moto allowed every call.
-    calls = stack.decisions(running_stack["endpoint_url"])[seen:]
+    calls = stack.decisions(running_stack["endpoint_url"], since=seen)
     assert [d for d in calls if d["outcome"] != "allowed"] == []
     keys = {d["action"]: d["key"] for d in calls if d["action"].startswith("sqs:")}
     sent, deleted = keys["sqs:SendMessage"], keys["sqs:DeleteMessage"]

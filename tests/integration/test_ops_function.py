@@ -522,11 +522,11 @@ def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deploye
                 "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
     stack.aws_client("cloudformation", moto_endpoint).create_stack(
         StackName=other, TemplateBody=json.dumps(template))
-    seen = len(stack.decisions(moto_endpoint))
+    seen = stack.decision_count(moto_endpoint)
     got = remote("--stack", other, "status")
     assert got.code == 5
     assert "AccessDenied" in got.err and "cloudformation:DescribeStacks" in got.err
-    refused = [d for d in stack.decisions(moto_endpoint)[seen:] if d["outcome"] != "allowed"]
+    refused = [d for d in stack.decisions(moto_endpoint, since=seen) if d["outcome"] != "allowed"]
     assert [(d["action"], d["outcome"]) for d in refused] == [
         ("cloudformation:DescribeStacks", "AccessDenied")]
     assert refused[0]["resource"].startswith(

@@ -42,6 +42,20 @@ def test_nothing_a_session_sets_carries_to_its_next_transaction(database_url: st
     assert held == (0,), "a session advisory lock outlived its transaction"
 
 
+def test_a_client_waits_for_a_server_connection_no_longer_than_the_proxy_s_borrow_timeout(
+        pg_cluster: PgCluster) -> None:
+    """RDS Proxy answers a client it cannot give a database connection within its borrow
+    timeout (the stack's: consumer.DB_WAIT_SECONDS, which tests/infra checks against the
+    template) with an error; the stand-in waits no longer. PgBouncer's admin console says
+    what it enforces."""
+    assert pg_cluster.pooler is not None, "the suite runs behind the pooler"
+    admin_url = pg_cluster.pooler.url(pg_cluster.direct, "pgbouncer")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        result = admin.pgconn.exec_(b"SHOW CONFIG")
+        rows = {result.get_value(i, 0): result.get_value(i, 1) for i in range(result.ntuples)}
+    assert rows[b"query_wait_timeout"] == str(consumer.DB_WAIT_SECONDS).encode()
+
+
 def test_every_service_session_connects_through_it_with_its_login_s_settings(
         harness: Harness) -> None:
     """The service's sessions send no startup options (RDS Proxy refuses them): search_path

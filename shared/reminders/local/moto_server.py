@@ -103,8 +103,13 @@ def refuse_open_doors(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iter
             start_response("200 OK", [("Content-Type", "application/json")])
             return [b'{"status": "ok"}']
         if path == CALLS_PATH and environ.get("REQUEST_METHOD") == "GET":
+            # ``?since=N``: the decisions from the N-th on, with how many there are in all
+            # (a caller asks for what is new, never for a list that grows with the server).
+            since = parse_qs(environ.get("QUERY_STRING", "")).get("since", ["0"])[0]
+            start = int(since) if since.isdigit() else 0
+            taken = list(DECISIONS)
             start_response("200 OK", [("Content-Type", "application/json")])
-            return [json.dumps(list(DECISIONS)).encode()]
+            return [json.dumps({"count": len(taken), "decisions": taken[start:]}).encode()]
         if "HTTP_X_AMZ_TARGET" not in environ and \
                 "json" not in environ.get("CONTENT_TYPE", ""):
             return app(environ, start_response)

@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from reminders.consumer import DB_WAIT_SECONDS
 from reminders.errors import RemindersError
 
 INSTALL_HINT = "install PgBouncer (Debian/Ubuntu: apt-get install pgbouncer)"
@@ -133,8 +134,10 @@ def _write_config(root: Path, direct_url: str, port: int) -> Path:
         "server_idle_timeout = 5",
         # After the server restarts, log in again within a second (the default waits 15 s).
         "server_login_retry = 1",
-        # RDS Proxy's default: a client waits this long at most for a server connection.
-        "query_wait_timeout = 120",
+        # A client waits this long at most for a server connection, then gets an error: the
+        # stack's RDS Proxy borrow timeout (RDS's own default, 120 s, would hold a client of a
+        # stopped server for two minutes where the deployed proxy answers in five seconds).
+        f"query_wait_timeout = {DB_WAIT_SECONDS}",
         f"logfile = {root / 'pgbouncer.log'}",
         f"pidfile = {root / 'pgbouncer.pid'}",
         ""]))

@@ -274,13 +274,26 @@ def wait_moto(endpoint_url: str, credentials_file: Path) -> dict[str, str]:
     return admin
 
 
-def decisions(endpoint_url: str) -> list[dict[str, str]]:
-    """Every authorization decision the moto server at ``endpoint_url`` took, in order: the
-    access key, the action as IAM names it, the resource, and "allowed" or the error code."""
+def decisions(endpoint_url: str, since: int = 0) -> list[dict[str, str]]:
+    """The authorization decisions the moto server at ``endpoint_url`` took, in order, from
+    the ``since``-th on (:func:`decision_count` says where the next will start): the access
+    key, the action as IAM names it, the resource, and "allowed" or the error's code."""
+    found: list[dict[str, str]] = _decisions(endpoint_url, since)["decisions"]
+    return found
+
+
+def decision_count(endpoint_url: str) -> int:
+    """How many authorization decisions the moto server at ``endpoint_url`` has taken."""
+    count: int = _decisions(endpoint_url, 1 << 62)["count"]
+    return count
+
+
+def _decisions(endpoint_url: str, since: int) -> dict[str, Any]:
     from reminders.local.moto_server import CALLS_PATH
 
-    with urllib.request.urlopen(f"{endpoint_url}{CALLS_PATH}", timeout=10) as answer:
-        found: list[dict[str, str]] = json.loads(answer.read())
+    with urllib.request.urlopen(f"{endpoint_url}{CALLS_PATH}?since={since}",
+                                timeout=10) as answer:
+        found: dict[str, Any] = json.loads(answer.read())
     return found
 
 
