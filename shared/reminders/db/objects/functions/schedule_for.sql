@@ -62,9 +62,11 @@ begin
             coalesce(quote_literal(kind), 'NULL'));
     end if;
     insert into tenants (id) values (tenant) on conflict on constraint tenants_pkey do nothing;
+    -- Two probes of endpoints_tenant_url (the tenant's own, then the shared one), as the
+    -- consumer's re-check reads it: never a scan of every tenant's endpoints.
     if channel = 'webhook' and not exists (
-            select 1 from endpoints e where e.url = destination
-            and (e.tenant = tenant or e.tenant is null)) then
+            select 1 from endpoints e
+            where coalesce(e.tenant, '') = any(array[tenant, '']) and e.url = destination) then
         raise exception using errcode = 'RM400', message = format(
             'no webhook endpoint registered for %s; register it with '
             '`reminders endpoints add URL --secret whsec_...`', destination);
