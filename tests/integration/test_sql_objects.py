@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from reminders import consumer, db, scanner, schedules
+from reminders import consumer, db, scanner, schedules, timezones
 from reminders.config import DEFAULT_SCHEMA
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
@@ -115,7 +115,10 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
                                       if m.version > LAST_RELEASE]
         recorded = {r["name"]: r["digest"] for r in app.execute(
             "select name, digest from schema_objects").fetchall()}
+        assert recorded.pop(migrate.TIME_ZONES)
         assert recorded == {o.key: o.digest for o in migrate.objects()}
+        assert {r["name"] for r in app.execute("select name from time_zones")} == (
+            timezones.available_zones())
         assert rows(app) == before
         assert db.fetch_all(app, "check_due_queue", source=CHECKS) == []
         assert db.fetch_all(app, "check_delivery_counts", source=CHECKS) == []

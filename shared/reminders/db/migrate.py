@@ -19,6 +19,10 @@ result type, or of a view's columns other than added at the end, is made by a nu
 migration that drops the old one first (``create or replace`` cannot): the file then creates it
 anew. Numbered migrations run before the objects are re-applied, so none may rely on an
 object's new definition.
+
+One table is data of the code rather than of a migration: ``time_zones``, the zone names of the
+tzdata wheel the code ships with, written when that list changes (recorded in
+``schema_objects`` as ``data/time_zones``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from reminders import db
+from reminders import db, timezones
 from reminders.config import DEFAULT_SCHEMA, check_schema
 from reminders.errors import ConfigError
 
@@ -153,8 +157,28 @@ def apply_objects(conn: db.Connection) -> list[str]:
         db.execute(conn, "schema_object_record", {"name": obj.key, "digest": obj.digest})
         applied.append(obj.key)
     db.execute_script(conn, "set local check_function_bodies to default")
-    db.execute(conn, "schema_objects_forget", {"names": [o.key for o in wanted]})
+    if _sync_time_zones(conn, recorded.get(TIME_ZONES)):
+        applied.append(TIME_ZONES)
+    db.execute(conn, "schema_objects_forget", {"names": [*(o.key for o in wanted), TIME_ZONES]})
     return applied
+
+
+TIME_ZONES = "data/time_zones"
+
+
+def _sync_time_zones(conn: db.Connection, recorded: str | None) -> bool:
+    """Make ``time_zones`` (migration 0019) the zone names of the tzdata wheel the code ships
+    with, which the SQL API checks a rule's zone against, when the list differs from the one
+    recorded; return whether it did."""
+    if not db.fetch_all(conn, "time_zones_table"):
+        return False  # a migrator stopped before 0019 (an upgrade test's older release)
+    names = sorted(timezones.available_zones())
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()
+    if digest == recorded:
+        return False
+    db.execute(conn, "time_zones_replace", {"names": names})
+    db.execute(conn, "schema_object_record", {"name": TIME_ZONES, "digest": digest})
+    return True
 
 
 def _refuse_a_moved_schema(conn: db.Connection, schema: str) -> None:

@@ -54,6 +54,15 @@ where c.relnamespace = current_schema()::regnamespace and not t.tgisinternal;
 insert into schema_objects (name, digest) values (%(name)s, %(digest)s)
 on conflict (name) do update set digest = excluded.digest, applied_at = now();
 
+-- name: time_zones_table
+select 1 as present where to_regclass('time_zones') is not null;
+
+-- name: time_zones_replace
+-- The tzdata wheel's zone names, whole (a few hundred rows).
+with wanted as (select unnest(%(names)s::text[]) as name),
+gone as (delete from time_zones z where not exists (select 1 from wanted w where w.name = z.name))
+insert into time_zones (name) select name from wanted on conflict (name) do nothing;
+
 -- name: schema_objects_forget
 -- Files removed: their objects were dropped by the numbered migration that removed them.
 delete from schema_objects where name <> all(%(names)s::text[]);

@@ -26,6 +26,8 @@ begin
     if revision is not null then
         perform check_revision(revision);
     end if;
+    perform check_instant(at, 'at');
+    perform check_instant(first_at, 'first_at');
     cur := lock_schedule(tenant, key);
     if new_instant and cur.rrule is not null then
         raise exception using errcode = 'RM400', message = format(
@@ -39,6 +41,9 @@ begin
         gap := coalesce(gap, 'shift');
         overlap := coalesce(overlap, 'first');
         perform check_rule(rrule, tz, local_start, gap, overlap);
+        if not expanded then
+            perform check_first_occurrence(rrule, local_start);
+        end if;
     else
         tz := cur.tz; local_start := cur.local_start;
         gap := cur.gap_policy; overlap := cur.overlap_policy;

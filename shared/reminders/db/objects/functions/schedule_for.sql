@@ -36,13 +36,19 @@ begin
         raise exception using errcode = 'RM400', message = format(
             'payload is %s bytes; the limit is 16384', size);
     end if;
+    perform check_payload(payload);
     perform check_revision(revision);
     if (at is null) = (rrule is null) then
         raise exception using errcode = 'RM400', message =
             'give exactly one of: an instant (at) or a recurrence (rrule, tz, start)';
     end if;
+    perform check_instant(at, 'at');
+    perform check_instant(first_at, 'first_at');
     if rrule is not null then
         perform check_rule(rrule, tz, local_start, gap, overlap);
+        if not expanded then  -- the scanner expands it: refuse what cannot yield anything
+            perform check_first_occurrence(rrule, local_start);
+        end if;
     else
         tz := null; local_start := null; gap := 'shift'; overlap := 'first';
     end if;
