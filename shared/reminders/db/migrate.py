@@ -98,9 +98,11 @@ def available() -> list[Migration]:
 
 def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA, *,
           session: db.SessionDefaults | None = None) -> list[int]:
-    """Apply every migration not yet applied to the service's schema (created if missing);
-    return the versions applied now. The migrations name no schema: they run with
-    ``search_path`` set to it, and ``schema_migrations`` lives in it too. Every run also
+    """Apply every migration not yet applied to the service's schema (created if missing),
+    then every repeatable object that changed (:func:`apply_objects`), in one transaction;
+    return the versions applied now. Neither names a schema: they run with ``search_path``
+    set to it (which the functions capture as their own), and ``schema_migrations`` and
+    ``schema_objects`` live in it too. Every run also
     writes the migrating login's session defaults in this database (``session``, or the
     defaults for ``schema``): its later sessions find the service's tables, through a pooler
     that refuses startup options as RDS Proxy does."""
