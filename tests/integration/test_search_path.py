@@ -96,7 +96,7 @@ def run_recipe(direct_url: str, key: str) -> str:
     if psql is None:  # the same statements through psycopg, psql's variable substituted
         with psycopg.connect(direct_url, autocommit=True,
                              options=STARTUP_OPTION) as c:
-            c.execute(script.replace(":'key'", "%s").encode(), (key,))
+            c.execute(script.replace(":'key'", sql.quote(key)).encode())
         return ""
     argv = [psql, direct_url, "-X"]
     for option in options:
