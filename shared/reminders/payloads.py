@@ -3,9 +3,10 @@
 Postgres's jsonb keeps numbers of any size and nesting of any depth; Python's JSON reader (and
 so psycopg's) does not: 1e5000 reads as infinity, an integer of thousands of digits is refused,
 and nesting past about a thousand levels raises RecursionError. The application APIs refuse
-such a payload at entry (:func:`check_payload`); the consumer reads each stored payload on its
-own (:func:`read_payload`), so one written before the check, or by hand, parks its delivery
-and nothing else.
+such a payload at entry (:func:`check_payload`; the SQL API's ``check_payload`` applies the
+same rule to jsonb's text of it); the consumer reads each stored payload on its own
+(:func:`read_payload`), so one written before the check, or by hand, parks its delivery and
+nothing else.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 from typing import Any
 
 MAX_DEPTH = 32  # objects and arrays nested in a payload at most
+MAX_INTEGER_DIGITS = 4300  # Python's default int_max_str_digits: what its JSON reader takes
 
 
 def _finite(number: str) -> float:
@@ -24,10 +26,16 @@ def _finite(number: str) -> float:
     return value
 
 
+def _whole(number: str) -> int:
+    if len(number.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(f"the number {number[:20]}... is out of range")
+    return int(number)
+
+
 def read_payload(text: str) -> dict[str, Any]:
     """A stored payload, parsed; ValueError naming why when no JSON reader keeps it whole."""
     try:
-        loaded = json.loads(text, parse_float=_finite)
+        loaded = json.loads(text, parse_float=_finite, parse_int=_whole)
     except RecursionError:
         raise ValueError("it nests too deeply to parse") from None
     if not isinstance(loaded, dict):

@@ -3,12 +3,12 @@
 Every function takes the application's own psycopg connection and runs inside the caller's
 transaction (as a savepoint), so a booking and its reminders commit or roll back together.
 
-The rules are the SQL functions of migration 0009 (``schedule_for``, ``reschedule_for``,
-``cancel_for``, ``opt_out_for``, ``opt_in_for``), the same ones applications in any language
-call through the client functions; this module converts Python values, expands a recurring
-rule's first occurrence (which SQL cannot: RRULE in a zone under the DST policy) and passes it
-along. Refused input raises :class:`InvalidInput` (SQLSTATE RM400 or RM409), an unknown key
-:class:`NotFound` (RM404); nothing is written either way.
+The rules are the SQL functions in ``db/objects/functions`` (``schedule_for``,
+``reschedule_for``, ``cancel_for``, ``opt_out_for``, ``opt_in_for``), the same ones
+applications in any language call through the client functions; this module converts Python
+values, expands a recurring rule's first occurrence (which SQL cannot: RRULE in a zone under
+the DST policy) and passes it along. Refused input raises :class:`InvalidInput` (SQLSTATE
+RM400 or RM409), an unknown key :class:`NotFound` (RM404); nothing is written either way.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from tests.bench.batch_size import bench_consumer_batch_size, bench_consumer_dat
 from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_python
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
-from tests.bench.counts import bench_counts_trigger
+from tests.bench.counts import bench_counts_trigger, bench_trigger_search_path
 from tests.bench.publishing import bench_publisher_fan_out
 from tests.bench.support import (
     NOW,
@@ -838,6 +838,7 @@ def main() -> int:
             figure("cost", lambda: bench_cost(server))
             figure("console", lambda: bench_console(server))
             figure("counts_trigger", lambda: bench_counts_trigger(server))
+            figure("trigger_search_path", lambda: bench_trigger_search_path(server))
         finally:
             bouncer.stop()
         # Stopped before its directory goes: a server still writing WAL there (a checkpoint

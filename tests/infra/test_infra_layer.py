@@ -14,12 +14,14 @@ from infra.layer import (
     LAYER_REQUIREMENTS,
     PLATFORM,
     PYTHON_VERSION,
+    REPO_ROOT,
     RUNTIME_PROVIDED,
     STAMP_NAME,
     _stamp,
     bytecode_python,
     compile_bytecode,
     layer_is_current,
+    migrations_fingerprint,
     pip_command,
     resolved_versions,
     stage_code,
@@ -146,6 +148,41 @@ def test_code_asset_puts_functions_and_the_package_at_its_root(tmp_path: Path) -
         "reminders/__init__.py",
         "reminders/db/queries.sql",
     ]
+
+
+def test_the_code_asset_and_the_package_carry_every_sql_file_the_migrator_reads(
+        tmp_path: Path) -> None:
+    """The migrate function applies the numbered migrations and the repeatable objects
+    (db/objects/<kind>/<name>.sql) from the code asset; an installed package carries them as
+    package data."""
+    import tomllib
+
+    sql_root = REPO_ROOT / "shared" / "reminders" / "db"
+    wanted = sorted(p.relative_to(sql_root).as_posix() for p in sql_root.rglob("*.sql"))
+    assert any(w.startswith("objects/functions/") for w in wanted)
+    assert any(w.startswith("objects/triggers/") for w in wanted)
+    assert any(w.startswith("objects/views/") for w in wanted)
+    staged = stage_code(tmp_path / "code", bytecode=False) / "reminders" / "db"
+    assert sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*.sql")) == wanted
+
+    setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packaged: set[str] = set()
+    for package, patterns in setuptools["package-data"].items():
+        top, *rest = package.split(".")
+        base = REPO_ROOT / setuptools["package-dir"][top] / Path(*rest)
+        for pattern in patterns:
+            packaged.update(p.relative_to(sql_root).as_posix() for p in base.glob(pattern)
+                            if p.suffix == ".sql" and p.is_relative_to(sql_root))
+    assert sorted(packaged) == wanted
+
+
+def test_a_changed_object_file_runs_the_migrate_function_again(tmp_path: Path) -> None:
+    objects = tmp_path / "shared" / "reminders" / "db" / "objects" / "functions"
+    objects.mkdir(parents=True)
+    (objects / "f.sql").write_text("create or replace function f() ...")
+    before = migrations_fingerprint(tmp_path)
+    (objects / "f.sql").write_text("create or replace function f() ... -- changed")
+    assert migrations_fingerprint(tmp_path) != before
 
 
 def test_every_function_uses_the_one_code_asset_and_the_one_layer(default: Synthesized) -> None:

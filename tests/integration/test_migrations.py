@@ -44,10 +44,14 @@ def empty_database(pg_cluster: PgCluster) -> Iterator[str]:
             sql.Identifier(name)))
 
 
-def render_schema(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> str:
+def render_schema(conn: db.Connection, schema: str = DEFAULT_SCHEMA, *,
+                  bodies: bool = False) -> str:
     """The service's schema as sorted, stable text: tables and columns (type, nullability,
-    default, identity), constraints (kind, name, definition), indexes, other relations
-    (views) and functions with their arguments and security."""
+    default, identity), constraints (kind, name, definition), indexes, triggers, other
+    relations (views) with their grants, and functions with their arguments, security, fixed
+    settings (search_path) and grants. With ``bodies``, also each function's whole definition
+    and each view's query: to compare two databases with each other (an upgraded one and a
+    fresh one), not for the checked-in snapshot."""
     lines: list[str] = []
     tables = [r["relname"] for r in conn.execute(
         "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace"
@@ -83,20 +87,58 @@ def render_schema(conn: db.Connection, schema: str = DEFAULT_SCHEMA) -> str:
                 (schema, table)):
             definition = re.sub(rf"\b{schema}\.", "", idx["indexdef"])
             lines.append(f"  index {idx['indexname']}: {definition}")
+        for trg in conn.execute(
+                "select tgname, pg_get_triggerdef(oid) as definition from pg_trigger"
+                " where tgrelid = %s::regclass and not tgisinternal order by tgname",
+                (f"{schema}.{table}",)):
+            definition = re.sub(rf"\b{schema}\.", "", trg["definition"])
+            lines.append(f"  trigger {trg['tgname']}: {definition}")
     others = conn.execute(
         "select c.relkind, c.relname from pg_class c"
         " join pg_namespace n on n.oid = c.relnamespace"
         " where n.nspname = %s and c.relkind not in ('r', 'p', 'i', 'S')"
         " order by c.relname", (schema,)).fetchall()
-    lines += [f"relation {r['relname']} kind {r['relkind']}" for r in others]
+    for r in others:
+        lines.append(f"relation {r['relname']} kind {r['relkind']}")
+        lines += [f"  grant {g}" for g in _grants(conn, "pg_class", "relacl", "relowner",
+                                                   f"{schema}.{r['relname']}", "regclass")]
+        if bodies and r["relkind"] == "v":
+            view = conn.execute("select pg_get_viewdef(%s::regclass) as d",
+                                (f"{schema}.{r['relname']}",)).fetchone()
+            lines.append(f"  query: {view['d'] if view else None}")
     functions = conn.execute(
-        "select p.proname, pg_get_function_identity_arguments(p.oid) as args,"
-        "       pg_get_function_result(p.oid) as result, p.prosecdef"
+        "select p.oid, p.proname, pg_get_function_identity_arguments(p.oid) as args,"
+        "       pg_get_function_result(p.oid) as result, p.prosecdef, p.proconfig,"
+        "       l.lanname, p.provolatile"
         " from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
+        " join pg_language l on l.oid = p.prolang"
         " where n.nspname = %s order by p.proname, args", (schema,)).fetchall()
-    lines += [f"function {r['proname']}({r['args']}) -> {r['result']}"
-              + (" security definer" if r["prosecdef"] else "") for r in functions]
+    for r in functions:
+        volatility = {"i": "immutable", "s": "stable", "v": "volatile"}[r["provolatile"]]
+        lines.append(f"function {r['proname']}({r['args']}) -> {r['result']}"
+                     + (" security definer" if r["prosecdef"] else "")
+                     + f" language {r['lanname']} {volatility}")
+        config = [re.sub(rf"\b{schema}\b", "<schema>", c) for c in r["proconfig"] or []]
+        lines += [f"  set {c}" for c in config]
+        lines += [f"  grant {g}" for g in _grants(conn, "pg_proc", "proacl", "proowner",
+                                                   r["oid"], "oid")]
+        if bodies:
+            found = conn.execute("select pg_get_functiondef(%s) as d", (r["oid"],)).fetchone()
+            lines.append(f"  definition: {found['d'] if found else None}")
     return "\n".join(lines) + "\n"
+
+
+def _grants(conn: db.Connection, catalog: str, acl: str, owner: str, obj: object,
+            cast: str) -> list[str]:
+    """Who other than the owner may do what with one object (PUBLIC included)."""
+    rows = conn.execute(
+        f"select coalesce(nullif(r.rolname, ''), 'PUBLIC') as grantee,"
+        f"       string_agg(a.privilege_type, ', ' order by a.privilege_type) as what"
+        f" from {catalog} o cross join lateral aclexplode(o.{acl}) a"
+        f" left join pg_roles r on r.oid = a.grantee"
+        f" where o.oid = %s::{cast} and a.grantee <> o.{owner}"
+        f" group by 1 order by 1", (obj,)).fetchall()
+    return [f"{r['what']} to {r['grantee']}" for r in rows]
 
 
 def test_migrations_are_numbered_from_one_without_gaps() -> None:

@@ -35,6 +35,38 @@ select version from schema_migrations order by version;
 -- name: migration_record
 insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 
+-- name: schema_objects_recorded
+select name, digest from schema_objects;
+
+-- name: schema_objects_present
+-- The repeatable objects in the service's schema (the migrator's search path), by kind and
+-- name as their files are named (objects/<kind>/<name>.sql).
+select 'functions' as kind, p.proname::text as name from pg_proc p
+where p.pronamespace = current_schema()::regnamespace
+union all
+select 'views', c.relname::text from pg_class c
+where c.relnamespace = current_schema()::regnamespace and c.relkind = 'v'
+union all
+select 'triggers', t.tgname::text from pg_trigger t join pg_class c on c.oid = t.tgrelid
+where c.relnamespace = current_schema()::regnamespace and not t.tgisinternal;
+
+-- name: schema_object_record
+insert into schema_objects (name, digest) values (%(name)s, %(digest)s)
+on conflict (name) do update set digest = excluded.digest, applied_at = now();
+
+-- name: time_zones_table
+select 1 as present where to_regclass('time_zones') is not null;
+
+-- name: time_zones_replace
+-- The tzdata wheel's zone names, whole (a few hundred rows).
+with wanted as (select unnest(%(names)s::text[]) as name),
+gone as (delete from time_zones z where not exists (select 1 from wanted w where w.name = z.name))
+insert into time_zones (name) select name from wanted on conflict (name) do nothing;
+
+-- name: schema_objects_forget
+-- Files removed: their objects were dropped by the numbered migration that removed them.
+delete from schema_objects where name <> all(%(names)s::text[]);
+
 -- ---------------------------------------------------------------- kinds, endpoints, tenants
 
 -- name: kind_upsert
@@ -82,7 +114,7 @@ on conflict (coalesce(tenant, ''), url) do update set
 returning id, tenant, url;
 
 -- ---------------------------------------------------------------- schedules (the API)
--- The rules live in the SQL functions of migration 0009 (the same ones applications in any
+-- The rules live in the SQL functions of db/objects/functions (the same ones applications in any
 -- language call); these blocks only call them with the tenant the caller named.
 
 -- name: api_schedule
