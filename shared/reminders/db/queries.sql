@@ -278,12 +278,21 @@ from decided e
 where d.id = e.id
 returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
 -- name: tenants_with_due_work
--- CROSS-TENANT: how many tenants have due work (paused ones are not walked): one index probe
--- per tenant, to split a pass fairly.
-select count(*) as n from tenants t
-where not t.paused and exists (
-    select 1 from due_queue q
-    where q.tenant = t.id and q.token is null and q.due_at <= %(now)s);
+-- CROSS-TENANT: how many tenants have due work (paused ones are not walked), to split a pass
+-- fairly. The tenants come off the due entries' own index, one probe a tenant that has any
+-- (a loose index scan): a tenant with nothing queued costs nothing, however many there are.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select count(*) as n from queued t
+where t.tenant is not null
+  and not (select p.paused from tenants p where p.id = t.tenant)
+  and exists (select 1 from due_queue q
+              where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s);
 
 -- name: live_leases
 -- The in-flight budget's other half: live leases, pending (not taken by a consumer yet) and
@@ -297,24 +306,32 @@ select (select count(*) from due_queue where token is not null)
 -- first, then each tenant's second, ...), oldest first within a round, up to `batch`. One
 -- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
 -- most `share` index entries per tenant with due work (plus entries another transaction holds,
--- an application's reschedule, which are skipped); paused tenants are never walked.
+-- an application's reschedule, which are skipped), and one probe per tenant with entries
+-- queued (a tenant with none is never read, however many tenants there are); paused tenants
+-- are never walked.
 -- A lease writes a token and an expiry on the due entries (migration 0013): the delivery rows
 -- are not written; a consumer takes the lease onto its row (deliveries_take_leases).
 -- Each row also says how many tenants may have due work left after this pass (a tenant that
 -- offered a full share, or more than the pass took): the next pass's share, without probing
 -- every tenant again.
-with offered as (
-    select t.id as tenant, o.id, o.due_at,
-           row_number() over (partition by t.id order by o.due_at, o.id) as round
-    from tenants t
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), offered as (
+    select t.tenant, o.id, o.due_at,
+           row_number() over (partition by t.tenant order by o.due_at, o.id) as round
+    from queued t
     cross join lateral (
         select q.id, q.due_at from due_queue q
-        where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
         order by q.due_at, q.id
         limit %(share)s
         for update skip locked
     ) o
-    where not t.paused
+    where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant)
 ), due as (
     select id, tenant from offered order by round, due_at, id limit %(batch)s
 ), left_over as (
@@ -484,14 +501,26 @@ where id = %(id)s and tenant = %(tenant)s
 returning id;
 -- name: oldest_overdue
 -- CROSS-TENANT: the system's lateness (paused tenants apart: their backlog is deliberate) and
--- a paused backlog's age, one index probe per tenant; the overdue count stops at `cap`. A
--- leased delivery not sent yet is late too, its lease pending or taken.
+-- a paused backlog's age: one index probe per tenant with due entries (tenants with none are
+-- never read), the oldest entry of each. The overdue count stops at `cap` and counts the
+-- tenants that are not paused: a paused backlog is never walked (its size is in the kept
+-- counts). A leased delivery not sent yet is late too, its lease pending or taken.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), firsts as (  -- each tenant's oldest due entry, and whether it is paused
+    select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused, o.due_at
+    from queued t cross join lateral (
+        select q.due_at from due_queue q
+        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+        order by q.due_at, q.id limit 1) o
+    where t.tenant is not null
+)
 select extract(epoch from %(now)s - least(
-           (select min(o.due_at) from tenants t cross join lateral (
-                select q.due_at from due_queue q
-                where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
-                order by q.due_at, q.id limit 1) o
-            where not t.paused),
+           (select min(f.due_at) from firsts f where not f.paused),
            (select m from (select min(due_at) as m from deliveries where state = 'leased') l
             where m <= %(now)s),
            (select m from (  -- pending leases: at most the in-flight budget
@@ -499,17 +528,14 @@ select extract(epoch from %(now)s - least(
                 where token is not null and expires_at is not null) l
             where m <= %(now)s))
        )::float8 as seconds,
-       extract(epoch from %(now)s - (
-           select min(o.due_at) from tenants t cross join lateral (
-               select q.due_at from due_queue q
-               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
-               order by q.due_at, q.id limit 1) o
-           where t.paused))::float8 as paused_seconds,
+       extract(epoch from %(now)s - (select min(f.due_at) from firsts f where f.paused)
+       )::float8 as paused_seconds,
        (select count(*) from (
-           select 1 from tenants t cross join lateral (
+           select 1 from firsts f cross join lateral (
                select 1 from due_queue q
-               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+               where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s
                limit %(cap)s) o
+           where not f.paused
            limit %(cap)s) c) as overdue;
 -- ---------------------------------------------------------------- consumer and redrive
 
@@ -691,18 +717,32 @@ order by tenant, kind, channel, state;
 -- name: next_due_work
 -- CROSS-TENANT: when the next due entry no lease holds falls due (paused tenants apart): a
 -- scanner tick whose pass found nothing due waits for it when it falls inside the tick. A probe
--- a tenant, as lease_due reads them.
-select min(o.due_at) as at from tenants t cross join lateral (
-    select q.due_at from due_queue q where q.tenant = t.id and q.token is null
+-- a tenant with entries queued, as lease_due reads them.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select min(o.due_at) as at from queued t cross join lateral (
+    select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
     order by q.due_at, q.id limit 1) o
-where not t.paused;
+where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant);
 
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
 -- A leased delivery's next event is its lease's expiry, pending or taken.
-select least((select min(o.due_at) from tenants t cross join lateral (  -- a probe a tenant
-                  select q.due_at from due_queue q where q.tenant = t.id and q.token is null
-                  order by q.due_at, q.id limit 1) o),
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select least((select min(o.due_at) from queued t cross join lateral (  -- a probe a tenant
+                  select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+                  order by q.due_at, q.id limit 1) o where t.tenant is not null),
              (select min(expires_at) from due_queue where token is not null),
              (select min(lease_expires_at) from deliveries where state = 'leased')) as at;
 
