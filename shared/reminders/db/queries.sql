@@ -760,9 +760,22 @@ select (select count(*) from deliveries
           and (%(tenant)s::text is null or tenant = %(tenant)s)) as pending;
 
 -- name: status_oldest_overdue
-select extract(epoch from %(now)s - min(due_at))::float8 as seconds from deliveries
-where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s
-  and (%(tenant)s::text is null or tenant = %(tenant)s);
+-- The oldest pending delivery already due (paused tenants included), in probes: of the due
+-- index (every tenant) or of the tenant's due entries, and of the live leases (at most the
+-- in-flight budget). Never a walk of a backlog.
+select extract(epoch from %(now)s - least(
+           (select min(due_at) from deliveries
+            where state in ('scheduled', 'retrying') and due_at <= %(now)s
+              and %(tenant)s::text is null),
+           (select q.due_at from due_queue q
+            where q.tenant = %(tenant)s and q.token is null and q.due_at <= %(now)s
+            order by q.due_at, q.id limit 1),
+           (select min(due_at) from due_queue
+            where token is not null and due_at <= %(now)s
+              and (%(tenant)s::text is null or tenant = %(tenant)s)),
+           (select min(due_at) from deliveries
+            where state = 'leased' and due_at <= %(now)s
+              and (%(tenant)s::text is null or tenant = %(tenant)s))))::float8 as seconds;
 
 -- name: delivery_by_key
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
@@ -897,14 +910,62 @@ order by d.due_at, d.id
 limit %(limit)s;
 
 -- name: status_overdue_by
--- Lateness split by tenant, kind and channel: the pending rows already due, worst first.
-select d.tenant, s.kind, d.channel, count(*) as n,
-       extract(epoch from %(now)s - min(d.due_at))::float8 as seconds
-from deliveries d join schedules s on s.id = d.schedule_id
-where d.state in ('scheduled', 'retrying', 'leased') and d.due_at <= %(now)s
-  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-group by d.tenant, s.kind, d.channel
-order by seconds desc, d.tenant, s.kind, d.channel
+-- Lateness split by tenant, kind and channel, worst first. A tenant that is not paused: its
+-- pending rows already due (its due entries, then each one's row), and every live lease (at
+-- most the in-flight budget). A paused tenant's backlog is never read row by row: its groups'
+-- pending counts come from the kept counts (`delivery_counts`: not yet due ones included) and
+-- its oldest due entry is one index probe (`paused` says which rows are counted that way).
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), firsts as (  -- each tenant with due entries: paused or not, its oldest
+    select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused,
+           (select q.due_at from due_queue q
+            where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+            order by q.due_at, q.id limit 1) as due_at
+    from queued t
+    where t.tenant is not null and (%(tenant)s::text is null or t.tenant = %(tenant)s)
+), rows_due as (  -- each row by key, whatever the tables' statistics say
+    select d.tenant, d.schedule_id, d.channel, d.due_at
+    from firsts f
+    cross join lateral (
+        select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+        where d.id = any(array(
+            select q.id from due_queue q
+            where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s))) d
+    where not f.paused and f.due_at is not null
+    union all  -- pending leases
+    select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+    where d.id = any(array(
+        select q.id from due_queue q
+        where q.token is not null and q.due_at <= %(now)s
+          and (%(tenant)s::text is null or q.tenant = %(tenant)s)))
+    union all  -- leases a consumer took
+    select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+    where d.state = 'leased' and d.due_at <= %(now)s
+      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+), by_schedule as (
+    select tenant, schedule_id, channel, count(*) as n, min(due_at) as due_at
+    from rows_due group by tenant, schedule_id, channel
+), counted as (  -- a schedule's kind, a probe each
+    select b.tenant, (select s.kind from schedules s where s.id = b.schedule_id) as kind,
+           b.channel, b.n, b.due_at, false as paused
+    from by_schedule b
+    union all
+    select c.tenant, c.kind, c.channel, sum(c.n) as n, f.due_at, true
+    from firsts f join delivery_counts c on c.tenant = f.tenant
+    where f.paused and f.due_at is not null and c.state in ('scheduled', 'retrying')
+    group by c.tenant, c.kind, c.channel, f.due_at
+    having sum(c.n) > 0
+)
+select tenant, kind, channel, sum(n)::bigint as n, bool_or(paused) as paused,
+       extract(epoch from %(now)s - min(due_at))::float8 as seconds
+from counted
+group by tenant, kind, channel
+order by seconds desc, tenant, kind, channel
 limit 50;
 
 -- name: endpoint_remove
