@@ -210,7 +210,9 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
     the live leases now (this tick's own messages included, and consumers finishing theirs
     make room), so a tick hands over as much as the consumers take, never more than the budget
-    at once.
+    at once. The queue's depth counts what the tick put on since it was read: messages whose
+    leases were reclaimed stay on the queue without a lease, so the live leases alone would
+    not count them.
 
     The hand-over is pipelined: a pass's messages are published on another thread while the
     next pass leases, so a pass costs the longer of the two, not their sum. At most one pass is
@@ -330,6 +332,9 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         leased.sort(key=_lease_order)
         summary.leased += len(leased)
         live += len(leased)
+        # Their messages go onto the queue beside what it held when last read (messages whose
+        # leases expired and were reclaimed stay there, carrying no lease): both are out.
+        queued += len(leased)
         last_out = time.monotonic()
         yield leased, now
 
