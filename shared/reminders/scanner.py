@@ -404,8 +404,8 @@ def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
     from reminders.series import advance_flagged
 
     rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
-    summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner",
-                                                               deadline=deadline)
+    summary.advanced, summary.advance_failed = advance_flagged(
+        conn, rows, now, actor="scanner", deadline=deadline, skip_held=True)
 
 
 def materialise_first(rt: Runtime, conn: db.Connection, now: datetime,

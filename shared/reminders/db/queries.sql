@@ -139,6 +139,12 @@ from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s;
 -- The series advance reads the schedule under a share lock: a reschedule or cancel waits for
 -- it, or it waits for them, and either way it reads what they committed.
 select id from schedules where id = %(id)s and tenant = %(tenant)s for share;
+
+-- name: schedule_share_unless_held
+-- The scanner's series advance: as schedule_share, but a schedule another transaction holds
+-- (an application's open reschedule or cancel) is skipped, not waited for: no row when it is
+-- held, and its delivery keeps its flag for the next tick.
+select id from schedules where id = %(id)s and tenant = %(tenant)s for share skip locked;
 -- name: schedule_tenants_for_key
 -- CROSS-TENANT: the command line resolves a bare key to its tenant; it lists, never changes.
 select s.tenant, s.schedule_key from schedules s where s.schedule_key = %(key)s
@@ -490,6 +496,15 @@ where advance_series order by updated_at, id limit %(limit)s;
 -- name: series_advance_claim
 update deliveries set advance_series = false
 where id = %(id)s and tenant = %(tenant)s and advance_series
+returning id;
+
+-- name: series_advance_claim_unless_held
+-- As series_advance_claim, but a delivery row another transaction holds is skipped (no row):
+-- the flag stays for the next tick.
+update deliveries set advance_series = false
+where id = (select d.id from deliveries d
+            where d.id = %(id)s and d.tenant = %(tenant)s and d.advance_series
+            for no key update skip locked)
 returning id;
 
 -- name: series_advance_failed
