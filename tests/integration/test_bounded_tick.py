@@ -146,3 +146,43 @@ def test_a_paused_backlog_is_never_walked_by_the_tick_s_lateness_nor_by_status(
                      "paused": True}]
     assert {r["paused"] for r in got["overdue_by"] if r["tenant"] != "held"} == {False}
     assert got["oldest_overdue_seconds"] == 7200.0
+
+
+KEPT_ROWS = 100_000
+
+
+def _terminal_rows(h: Harness, kind: str, count: int, age: timedelta) -> None:
+    now = h.clock.now()
+    (first,) = schedule_webhook(h, f"{kind}-{count}", kind=kind, at=now - age)
+    sid = h.conn.execute("select schedule_id from deliveries where delivery_key = %s",
+                         (first,)).fetchone()
+    assert sid is not None
+    add_rows(h.conn, tenant="acme", schedule_id=sid["schedule_id"], count=count - 1,
+             due=now - age, first=2, state="sent")
+    with untimed(h.conn):
+        h.conn.execute("update deliveries set state = 'sent', updated_at = %s"
+                       " where schedule_id = %s", (now - age, sid["schedule_id"]))
+
+
+def test_retention_reads_only_what_it_removes_whatever_a_longer_kept_kind_holds(
+        harness: Harness) -> None:
+    """With a kind kept 30 days beside one kept an hour, the purge read every terminal row
+    younger than 30 days to find the few of the short kind past their hour (a million index
+    entries to purge ten, about 1 s a tick)."""
+    h = harness
+    h.conn.execute("insert into kinds (name, retention) values ('brief', '1 hour'),"
+                   " ('kept', '30 days')")
+    _terminal_rows(h, "brief", 10, timedelta(hours=2))
+    _terminal_rows(h, "kept", 10, timedelta(days=2))
+    params = {"now": h.clock.now(), "limit": 1000}
+    h.conn.execute("vacuum analyze deliveries")
+    small = buffers(h.conn, "retention_purge", params)
+    _terminal_rows(h, "kept", KEPT_ROWS, timedelta(days=3))
+    h.conn.execute("vacuum analyze deliveries")
+    large = buffers(h.conn, "retention_purge", params)
+    assert within(small, large), (small, large)
+    purged = db.fetch_one(h.conn, "retention_purge", params)
+    assert purged is not None and purged["deliveries"] == 10  # the brief kind's, no other
+    left = h.conn.execute("select kind, count(*) as n from deliveries group by kind"
+                          " order by kind").fetchall()
+    assert left == [{"kind": "kept", "n": 10 + KEPT_ROWS}]

@@ -408,18 +408,19 @@ returning d.id;
 -- name: retention_purge
 -- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
 -- with their attempts and events (a delivery whose series has not advanced yet stays), and the
--- day's totals say how many. Read off the terminal-age index, oldest first.
+-- day's totals say how many. Each kind's own range of the terminal-age index (which leads with
+-- the kind, migration 0018), oldest first: rows a kind keeps are never read, whatever other
+-- kinds keep. O(kinds + rows purged).
 with old as (
-    select d.id from deliveries d
-    join schedules s on s.id = d.schedule_id
-    join kinds k on k.name = s.kind
-    where d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
-      and not d.advance_series and d.updated_at < %(now)s - k.retention
-      -- the shortest retention bounds the index range: rows younger are never read
-      and d.updated_at < %(now)s - (select min(retention) from kinds)
-    order by d.updated_at, d.id
+    select o.id from kinds k cross join lateral (
+        select d.id from deliveries d
+        where d.kind = k.name
+          and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
+          and not d.advance_series and d.updated_at < %(now)s - k.retention
+        order by d.updated_at, d.id
+        limit %(limit)s
+        for update of d skip locked) o
     limit %(limit)s
-    for update of d skip locked
 ), gone_attempts as (
     delete from attempts a using old where a.delivery_id = old.id returning a.id
 ), gone_events as (
