@@ -5,15 +5,13 @@ work for (idle tenants, a paused tenant's backlog, terminal rows retention keeps
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from reminders import db, operator
-from reminders.db.queries import query
-from tests.bench.support import add_rows, untimed
+from tests.bench.support import add_rows, statement_buffers, untimed
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import schedule_webhook
 
@@ -25,24 +23,7 @@ PROBE_SLACK = 40
 
 
 def buffers(conn: db.Connection, name: str, params: dict[str, Any]) -> int:
-    """Shared buffers (hit or read) one execution of the named statement touches, its
-    planning apart; run in a transaction rolled back, so a lease or a purge measured leaves
-    the rows as they were."""
-    conn.rollback() if conn.info.transaction_status else None
-    with conn.transaction(force_rollback=True):
-        row = conn.execute("explain (analyze, buffers, format json) " + query(name),
-                           params).fetchone()
-    assert row is not None
-    plan = next(iter(row.values()))[0]["Plan"]
-    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
-
-
-def plan_text(conn: db.Connection, name: str, params: dict[str, Any]) -> str:
-    with conn.transaction(force_rollback=True):
-        row = conn.execute("explain (analyze, buffers, format json) " + query(name),
-                           params).fetchone()
-    assert row is not None
-    return json.dumps(next(iter(row.values())), indent=1)
+    return statement_buffers(conn, name, params)
 
 
 def within(small: int, large: int) -> bool:
