@@ -210,9 +210,8 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
     the live leases now (this tick's own messages included, and consumers finishing theirs
     make room), so a tick hands over as much as the consumers take, never more than the budget
-    at once. The queue's depth counts what the tick put on since it was read: messages whose
-    leases were reclaimed stay on the queue without a lease, so the live leases alone would
-    not count them.
+    at once. Messages left on the queue by leases that expired and were reclaimed carry no
+    lease: they count beside the live leases, not within them.
 
     The hand-over is pipelined: a pass's messages are published on another thread while the
     next pass leases, so a pass costs the longer of the two, not their sum. At most one pass is
@@ -273,6 +272,11 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     clock). No patience (0): it never waits."""
     limits = rt.settings.limits
     live = _live_leases(conn)
+    # Messages on the queue that carry no live lease (theirs expired and were reclaimed) are out
+    # too, beside every live lease, until the consumers receive them: what the queue held
+    # beyond the live leases when the tick began. Counted once: this tick makes no more of
+    # them, and those it counts only leave (so it errs on the side of the budget).
+    stale = max(0, queued - live)
     tenants = 0  # tenants that may have due work: counted, then each pass says
     counted_at: datetime | None = None
     last_out = time.monotonic()  # when a pass last leased anything
@@ -292,10 +296,10 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         return not for_the_clock or rt.clock.now() > before
 
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
-        room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
+        room = min(limits.scan_batch, limits.inflight_budget - max(queued, stale + live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
             live = _live_leases(conn)
-            room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
+            room = min(limits.scan_batch, limits.inflight_budget - max(queued, stale + live))
         if room <= 0:
             if not wait(REFILL_WAIT_SECONDS):
                 return
@@ -332,9 +336,6 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         leased.sort(key=_lease_order)
         summary.leased += len(leased)
         live += len(leased)
-        # Their messages go onto the queue beside what it held when last read (messages whose
-        # leases expired and were reclaimed stay there, carrying no lease): both are out.
-        queued += len(leased)
         last_out = time.monotonic()
         yield leased, now
 
