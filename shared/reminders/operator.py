@@ -46,9 +46,12 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
 
     paused = [r["tenant"] for r in db.fetch_all(conn, "tenants_paused")
               if tenant is None or r["tenant"] == tenant]
+    # A paused tenant's groups count its pending deliveries (due or not) from the kept counts:
+    # its backlog is never read row by row ("paused": true).
     overdue_by = [{"tenant": r["tenant"], "kind": r["kind"], "channel": r["channel"],
                    "overdue": int(r["n"]),
-                   "oldest_overdue_seconds": round(float(r["seconds"] or 0.0), 3)}
+                   "oldest_overdue_seconds": round(float(r["seconds"] or 0.0), 3),
+                   "paused": bool(r["paused"])}
                   for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
             "paused_tenants": paused, "overdue_by": overdue_by,
@@ -84,8 +87,9 @@ def status_text(data: dict[str, Any]) -> str:
 
         text += "\noverdue by tenant, kind and channel:\n" + table(
             ["tenant", "kind", "channel", "overdue", "oldest"],
-            [(r["tenant"], r["kind"], r["channel"], r["overdue"],
-              duration(r["oldest_overdue_seconds"])) for r in data["overdue_by"]])
+            [(r["tenant"] + (" (paused: all pending)" if r.get("paused") else ""), r["kind"],
+              r["channel"], r["overdue"], duration(r["oldest_overdue_seconds"]))
+             for r in data["overdue_by"]])
     removed = data.get("retention_removed")
     if removed and removed["deliveries_in_all"]:
         week = removed["last_7_days"]

@@ -210,7 +210,8 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
     the live leases now (this tick's own messages included, and consumers finishing theirs
     make room), so a tick hands over as much as the consumers take, never more than the budget
-    at once.
+    at once. Messages left on the queue by leases that expired and were reclaimed carry no
+    lease: they count beside the live leases, not within them.
 
     The hand-over is pipelined: a pass's messages are published on another thread while the
     next pass leases, so a pass costs the longer of the two, not their sum. At most one pass is
@@ -271,6 +272,11 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     clock). No patience (0): it never waits."""
     limits = rt.settings.limits
     live = _live_leases(conn)
+    # Messages on the queue that carry no live lease (theirs expired and were reclaimed) are out
+    # too, beside every live lease, until the consumers receive them: what the queue held
+    # beyond the live leases when the tick began. Counted once: this tick makes no more of
+    # them, and those it counts only leave (so it errs on the side of the budget).
+    stale = max(0, queued - live)
     tenants = 0  # tenants that may have due work: counted, then each pass says
     counted_at: datetime | None = None
     last_out = time.monotonic()  # when a pass last leased anything
@@ -290,10 +296,10 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         return not for_the_clock or rt.clock.now() > before
 
     for _ in range(MAX_PASSES):  # in practice bounded by the tick's time
-        room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
+        room = min(limits.scan_batch, limits.inflight_budget - max(queued, stale + live))
         if room <= 0:  # by this tick's count; the consumers may have made room since
             live = _live_leases(conn)
-            room = min(limits.scan_batch, limits.inflight_budget - max(queued, live))
+            room = min(limits.scan_batch, limits.inflight_budget - max(queued, stale + live))
         if room <= 0:
             if not wait(REFILL_WAIT_SECONDS):
                 return
@@ -399,8 +405,8 @@ def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
     from reminders.series import advance_flagged
 
     rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
-    summary.advanced, summary.advance_failed = advance_flagged(conn, rows, now, actor="scanner",
-                                                               deadline=deadline)
+    summary.advanced, summary.advance_failed = advance_flagged(
+        conn, rows, now, actor="scanner", deadline=deadline, skip_held=True)
 
 
 def materialise_first(rt: Runtime, conn: db.Connection, now: datetime,

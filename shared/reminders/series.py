@@ -88,23 +88,29 @@ def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, r
 
 
 def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
-                    actor: str, deadline: float | None = None) -> tuple[int, int]:
+                    actor: str, deadline: float | None = None,
+                    skip_held: bool = False) -> tuple[int, int]:
     """Advance the series of deliveries flagged ``advance_series`` (rows with id, tenant,
     schedule_id, recipient, occurrence_at), each in its own transaction: the schedule's share
     lock first, then the deliveries, as everywhere. A series that cannot advance parks its
     delivery's flag with the reason; the others go on. Past ``deadline`` (``time.monotonic``)
-    the rest keep their flags for the next pass. Returns (advanced, failed)."""
+    the rest keep their flags for the next pass. ``skip_held`` (the scanner): a schedule or a
+    delivery another transaction holds is skipped, never waited for, and keeps its flag for
+    the next pass. Returns (advanced, failed)."""
     advanced = failed = 0
+    share, claim = (("schedule_share_unless_held", "series_advance_claim_unless_held")
+                    if skip_held else ("schedule_share", "series_advance_claim"))
     for row in rows:
         if deadline is not None and time.monotonic() >= deadline:
             break
         ref = {"id": row["id"], "tenant": row["tenant"]}
         try:
             with db.transaction(conn):
-                db.fetch_one(conn, "schedule_share", {"id": row["schedule_id"],
-                                                      "tenant": row["tenant"]})
-                if db.fetch_one(conn, "series_advance_claim", ref) is None:
-                    continue  # advanced already, by the consumer or another pass
+                if db.fetch_one(conn, share, {"id": row["schedule_id"],
+                                              "tenant": row["tenant"]}) is None and skip_held:
+                    continue  # held by another transaction (or gone): the next pass
+                if db.fetch_one(conn, claim, ref) is None:
+                    continue  # advanced already (by the consumer or another pass), or held
                 advance_after_terminal(conn, row["tenant"], int(row["schedule_id"]),
                                        row["recipient"], now, after=row["occurrence_at"])
             advanced += 1

@@ -45,6 +45,7 @@ from reminders.runtime import build_channels
 from tests.bench import pgq
 from tests.bench.aws_calls import bench_aws_calls
 from tests.bench.batch_size import bench_consumer_batch_size, bench_consumer_database
+from tests.bench.bounds import bench_bounds
 from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_python
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
@@ -839,6 +840,7 @@ def main() -> int:
             figure("console", lambda: bench_console(server))
             figure("counts_trigger", lambda: bench_counts_trigger(server))
             figure("trigger_search_path", lambda: bench_trigger_search_path(server))
+            figure("bounds", lambda: bench_bounds(server))
         finally:
             bouncer.stop()
         # Stopped before its directory goes: a server still writing WAL there (a checkpoint

@@ -380,3 +380,39 @@ def tls_webhook_channel(settings: config.Settings, cert: Path) -> WebhookChannel
         read_timeout=settings.webhook_read_timeout, send_timeout=settings.send_timeout,
         ssl_context=ssl.create_default_context(cafile=str(cert)),
         resolver=lambda host, port: ["127.0.0.1"])
+
+
+def statement_reads(conn: db.Connection, name: str, params: dict[str, Any]) -> dict[str, int]:
+    """What one execution of the named statement reads (EXPLAIN (ANALYZE, BUFFERS)), run in a
+    transaction rolled back, so a lease or a purge measured leaves the rows as they were:
+    ``buffers``, the shared buffers it touched (hit or read; planning apart), and
+    ``rows_read``, the entries its index scans and the rows its sequential scans returned or
+    filtered out (over every loop), which unlike buffers does not grow with a B-tree's depth
+    (a small table is often read whole: its rows count as read)."""
+    from reminders.db.queries import query
+
+    with conn.transaction(force_rollback=True):
+        row = conn.execute("explain (analyze, buffers, format json) " + query(name),
+                           params).fetchone()
+    assert row is not None
+    plan = next(iter(row.values()))[0]["Plan"]
+    entries = 0
+
+    def walk(node: dict[str, Any]) -> None:
+        nonlocal entries
+        if node.get("Node Type") in ("Index Scan", "Index Only Scan", "Bitmap Index Scan",
+                                     "Seq Scan"):
+            loops = float(node.get("Actual Loops", 1))
+            entries += round(loops * (float(node.get("Actual Rows", 0))
+                                      + float(node.get("Rows Removed by Filter", 0))))
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan)
+    return {"buffers": int(plan.get("Shared Hit Blocks", 0))
+            + int(plan.get("Shared Read Blocks", 0)), "rows_read": entries}
+
+
+def statement_buffers(conn: db.Connection, name: str, params: dict[str, Any]) -> int:
+    """The shared buffers one execution of the named statement touches (statement_reads)."""
+    return statement_reads(conn, name, params)["buffers"]

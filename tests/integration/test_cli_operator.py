@@ -448,9 +448,9 @@ def test_status_splits_lateness_and_watches(cli: Cli) -> None:
     got = cli("status", "--json", now=later).json()
     assert got["overdue_by"] == [
         {"tenant": "acme", "kind": "default", "channel": "email", "overdue": 2,
-         "oldest_overdue_seconds": 5100.0},
+         "oldest_overdue_seconds": 5100.0, "paused": False},
         {"tenant": "beta", "kind": "trip", "channel": "email", "overdue": 1,
-         "oldest_overdue_seconds": 4920.0}]
+         "oldest_overdue_seconds": 4920.0, "paused": False}]
     text = cli("status", now=later).out
     assert "oldest overdue: 1h25m;" in text
     assert "acme    default  email    2        1h25m" in text

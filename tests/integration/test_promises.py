@@ -21,7 +21,7 @@ from reminders.invariants import violations
 from reminders.queue import Queue
 from reminders.recurrence import Recurrence
 from tests.conftest import Harness, PgCluster, make_runtime
-from tests.faults import drop
+from tests.faults import drop, labelled
 from tests.integration.pipeline_helpers import (
     attempts,
     delivery,
@@ -184,6 +184,40 @@ def test_a_series_that_cannot_advance_parks_alone_and_the_tick_goes_on(
                             "and reason like '%series not advanced%'").fetchall()
     assert len(parked) == 1 and "FREQ" in parked[0]["reason"]
     assert tick(h)["advance_failed"] == 0  # parked once, not retried every tick
+
+
+def test_a_schedule_an_open_transaction_holds_is_skipped_and_the_tick_goes_on(
+        harness: Harness) -> None:
+    """While an application transaction holds one schedule (an open reschedule), a delivery of
+    that schedule whose series waits to advance made every tick wait for the lock and raise
+    before it leased anything. Now it is skipped and advanced by the tick after the holder
+    ends."""
+    h = harness
+    url = register(h, h.receiver.hook_url("held"))
+    rec = Recurrence(rrule="FREQ=DAILY", tz="UTC",
+                     local_start=h.clock.now().replace(tzinfo=None), gap="shift",
+                     overlap="first")
+    schedules.schedule(h.conn, tenant="acme", recipients=["ann"], channel="webhook", to=url,
+                       recurrence=rec, now=h.clock.now() - minutes(1), key="held-daily")
+    h.conn.execute("update deliveries set state = 'sent', advance_series = true "
+                   "where state = 'scheduled'")  # it ended; its series waits to advance
+    (other,) = schedule_webhook(h, "other-tenant", tenant="globex")
+    app, _ = labelled(h.rt.settings.database_url)
+    try:
+        with app.transaction():  # the application's reschedule, not committed yet
+            schedules.reschedule(app, tenant="acme", key="held-daily", now=h.clock.now(),
+                                 revision="2")
+            out = tick(h)
+            assert out["published"] == 1 and out["advanced"] == 0, out
+            flagged = h.conn.execute("select count(*) as n from deliveries"
+                                     " where advance_series").fetchone()
+            assert flagged == {"n": 1}  # kept for the next tick
+        out = tick(h)  # the holder committed: the series advances now
+        assert out["advanced"] == 1, out
+    finally:
+        app.close()
+    work(h)
+    assert delivery(h, other, tenant="globex")["state"] == "sent"
 
 
 def test_a_revision_alone_never_revives_an_ended_series_and_old_retries_are_refused(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -114,3 +115,31 @@ def test_a_tick_with_the_budget_full_and_nobody_consuming_ends_after_its_patienc
     assert summary.leased == BUDGET  # one budget, then nothing made room
     conn = h.rt.connection()
     assert _live(conn) == BUDGET
+
+
+def test_stale_messages_on_the_queue_and_a_tick_s_leases_never_exceed_the_budget(
+        harness: Harness) -> None:
+    """Messages whose leases expired stay on the queue after the reclaim: they are out, beside
+    the leases the tick takes. A tick counted the depth it read at its start against leases
+    that grew pass by pass (the larger of the two, never their sum), so with 6 stale messages
+    on the queue it leased a full budget on top of them: 26 messages against a budget of 20."""
+    h = harness
+    h.rt.close()
+    h.rt = make_runtime(h.rt.settings.database_url, _urls(h), h.endpoint, h.clock,
+                        inflight_budget=BUDGET, scan_batch=10)
+    schedule_webhook(h, "stale", recipients=[f"s{i}" for i in range(6)])
+    first = scanner.tick(h.rt)
+    assert first.published == 6
+    # Nobody consumed: their leases expire, and the next tick reclaims them.
+    h.clock.advance(timedelta(seconds=h.rt.settings.limits.lease_seconds + 60))
+    schedule_webhook(h, "more", recipients=[f"m{i}" for i in range(3 * BUDGET)])
+    second = scanner.tick(h.rt)
+    assert second.reclaimed == {"scheduled": 6}
+    on_queue = h.rt.deliveries.depth()
+    live = _live(h.rt.connection())
+    # Every live lease's message is on the queue (no consumer took one), and so are the stale
+    # messages, which carry no lease: the queue's depth is what is out.
+    assert live == second.leased
+    assert on_queue == 6 + second.leased
+    assert on_queue <= BUDGET, (on_queue, live)
+    assert second.leased == BUDGET - 6

@@ -171,6 +171,12 @@ from schedules where tenant = %(tenant)s and schedule_key = %(schedule_key)s;
 -- The series advance reads the schedule under a share lock: a reschedule or cancel waits for
 -- it, or it waits for them, and either way it reads what they committed.
 select id from schedules where id = %(id)s and tenant = %(tenant)s for share;
+
+-- name: schedule_share_unless_held
+-- The scanner's series advance: as schedule_share, but a schedule another transaction holds
+-- (an application's open reschedule or cancel) is skipped, not waited for: no row when it is
+-- held, and its delivery keeps its flag for the next tick.
+select id from schedules where id = %(id)s and tenant = %(tenant)s for share skip locked;
 -- name: schedule_tenants_for_key
 -- CROSS-TENANT: the command line resolves a bare key to its tenant; it lists, never changes.
 select s.tenant, s.schedule_key from schedules s where s.schedule_key = %(key)s
@@ -310,12 +316,21 @@ from decided e
 where d.id = e.id
 returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
 -- name: tenants_with_due_work
--- CROSS-TENANT: how many tenants have due work (paused ones are not walked): one index probe
--- per tenant, to split a pass fairly.
-select count(*) as n from tenants t
-where not t.paused and exists (
-    select 1 from due_queue q
-    where q.tenant = t.id and q.token is null and q.due_at <= %(now)s);
+-- CROSS-TENANT: how many tenants have due work (paused ones are not walked), to split a pass
+-- fairly. The tenants come off the due entries' own index, one probe a tenant that has any
+-- (a loose index scan): a tenant with nothing queued costs nothing, however many there are.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select count(*) as n from queued t
+where t.tenant is not null
+  and not (select p.paused from tenants p where p.id = t.tenant)
+  and exists (select 1 from due_queue q
+              where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s);
 
 -- name: live_leases
 -- The in-flight budget's other half: live leases, pending (not taken by a consumer yet) and
@@ -329,24 +344,32 @@ select (select count(*) from due_queue where token is not null)
 -- first, then each tenant's second, ...), oldest first within a round, up to `batch`. One
 -- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
 -- most `share` index entries per tenant with due work (plus entries another transaction holds,
--- an application's reschedule, which are skipped); paused tenants are never walked.
+-- an application's reschedule, which are skipped), and one probe per tenant with entries
+-- queued (a tenant with none is never read, however many tenants there are); paused tenants
+-- are never walked.
 -- A lease writes a token and an expiry on the due entries (migration 0013): the delivery rows
 -- are not written; a consumer takes the lease onto its row (deliveries_take_leases).
 -- Each row also says how many tenants may have due work left after this pass (a tenant that
 -- offered a full share, or more than the pass took): the next pass's share, without probing
 -- every tenant again.
-with offered as (
-    select t.id as tenant, o.id, o.due_at,
-           row_number() over (partition by t.id order by o.due_at, o.id) as round
-    from tenants t
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), offered as (
+    select t.tenant, o.id, o.due_at,
+           row_number() over (partition by t.tenant order by o.due_at, o.id) as round
+    from queued t
     cross join lateral (
         select q.id, q.due_at from due_queue q
-        where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
         order by q.due_at, q.id
         limit %(share)s
         for update skip locked
     ) o
-    where not t.paused
+    where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant)
 ), due as (
     select id, tenant from offered order by round, due_at, id limit %(batch)s
 ), left_over as (
@@ -417,18 +440,19 @@ returning d.id;
 -- name: retention_purge
 -- CROSS-TENANT, bounded by the limit: terminal deliveries older than their kind's retention go,
 -- with their attempts and events (a delivery whose series has not advanced yet stays), and the
--- day's totals say how many. Read off the terminal-age index, oldest first.
+-- day's totals say how many. Each kind's own range of the terminal-age index (which leads with
+-- the kind, migration 0020), oldest first: rows a kind keeps are never read, whatever other
+-- kinds keep. O(kinds + rows purged).
 with old as (
-    select d.id from deliveries d
-    join schedules s on s.id = d.schedule_id
-    join kinds k on k.name = s.kind
-    where d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
-      and not d.advance_series and d.updated_at < %(now)s - k.retention
-      -- the shortest retention bounds the index range: rows younger are never read
-      and d.updated_at < %(now)s - (select min(retention) from kinds)
-    order by d.updated_at, d.id
+    select o.id from kinds k cross join lateral (
+        select d.id from deliveries d
+        where d.kind = k.name
+          and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
+          and not d.advance_series and d.updated_at < %(now)s - k.retention
+        order by d.updated_at, d.id
+        limit %(limit)s
+        for update of d skip locked) o
     limit %(limit)s
-    for update of d skip locked
 ), gone_attempts as (
     delete from attempts a using old where a.delivery_id = old.id returning a.id
 ), gone_events as (
@@ -507,6 +531,15 @@ update deliveries set advance_series = false
 where id = %(id)s and tenant = %(tenant)s and advance_series
 returning id;
 
+-- name: series_advance_claim_unless_held
+-- As series_advance_claim, but a delivery row another transaction holds is skipped (no row):
+-- the flag stays for the next tick.
+update deliveries set advance_series = false
+where id = (select d.id from deliveries d
+            where d.id = %(id)s and d.tenant = %(tenant)s and d.advance_series
+            for no key update skip locked)
+returning id;
+
 -- name: series_advance_failed
 -- A series that cannot advance parks with its reason on the delivery; the tick goes on.
 update deliveries set advance_series = false,
@@ -516,14 +549,26 @@ where id = %(id)s and tenant = %(tenant)s
 returning id;
 -- name: oldest_overdue
 -- CROSS-TENANT: the system's lateness (paused tenants apart: their backlog is deliberate) and
--- a paused backlog's age, one index probe per tenant; the overdue count stops at `cap`. A
--- leased delivery not sent yet is late too, its lease pending or taken.
+-- a paused backlog's age: one index probe per tenant with due entries (tenants with none are
+-- never read), the oldest entry of each. The overdue count stops at `cap` and counts the
+-- tenants that are not paused: a paused backlog is never walked (its size is in the kept
+-- counts). A leased delivery not sent yet is late too, its lease pending or taken.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), firsts as (  -- each tenant's oldest due entry, and whether it is paused
+    select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused, o.due_at
+    from queued t cross join lateral (
+        select q.due_at from due_queue q
+        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+        order by q.due_at, q.id limit 1) o
+    where t.tenant is not null
+)
 select extract(epoch from %(now)s - least(
-           (select min(o.due_at) from tenants t cross join lateral (
-                select q.due_at from due_queue q
-                where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
-                order by q.due_at, q.id limit 1) o
-            where not t.paused),
+           (select min(f.due_at) from firsts f where not f.paused),
            (select m from (select min(due_at) as m from deliveries where state = 'leased') l
             where m <= %(now)s),
            (select m from (  -- pending leases: at most the in-flight budget
@@ -531,17 +576,14 @@ select extract(epoch from %(now)s - least(
                 where token is not null and expires_at is not null) l
             where m <= %(now)s))
        )::float8 as seconds,
-       extract(epoch from %(now)s - (
-           select min(o.due_at) from tenants t cross join lateral (
-               select q.due_at from due_queue q
-               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
-               order by q.due_at, q.id limit 1) o
-           where t.paused))::float8 as paused_seconds,
+       extract(epoch from %(now)s - (select min(f.due_at) from firsts f where f.paused)
+       )::float8 as paused_seconds,
        (select count(*) from (
-           select 1 from tenants t cross join lateral (
+           select 1 from firsts f cross join lateral (
                select 1 from due_queue q
-               where q.tenant = t.id and q.token is null and q.due_at <= %(now)s
+               where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s
                limit %(cap)s) o
+           where not f.paused
            limit %(cap)s) c) as overdue;
 -- ---------------------------------------------------------------- consumer and redrive
 
@@ -723,18 +765,32 @@ order by tenant, kind, channel, state;
 -- name: next_due_work
 -- CROSS-TENANT: when the next due entry no lease holds falls due (paused tenants apart): a
 -- scanner tick whose pass found nothing due waits for it when it falls inside the tick. A probe
--- a tenant, as lease_due reads them.
-select min(o.due_at) as at from tenants t cross join lateral (
-    select q.due_at from due_queue q where q.tenant = t.id and q.token is null
+-- a tenant with entries queued, as lease_due reads them.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select min(o.due_at) as at from queued t cross join lateral (
+    select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
     order by q.due_at, q.id limit 1) o
-where not t.paused;
+where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant);
 
 -- name: next_due
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
 -- A leased delivery's next event is its lease's expiry, pending or taken.
-select least((select min(o.due_at) from tenants t cross join lateral (  -- a probe a tenant
-                  select q.due_at from due_queue q where q.tenant = t.id and q.token is null
-                  order by q.due_at, q.id limit 1) o),
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+)
+select least((select min(o.due_at) from queued t cross join lateral (  -- a probe a tenant
+                  select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+                  order by q.due_at, q.id limit 1) o where t.tenant is not null),
              (select min(expires_at) from due_queue where token is not null),
              (select min(lease_expires_at) from deliveries where state = 'leased')) as at;
 
@@ -752,9 +808,22 @@ select (select count(*) from deliveries
           and (%(tenant)s::text is null or tenant = %(tenant)s)) as pending;
 
 -- name: status_oldest_overdue
-select extract(epoch from %(now)s - min(due_at))::float8 as seconds from deliveries
-where state in ('scheduled', 'retrying', 'leased') and due_at <= %(now)s
-  and (%(tenant)s::text is null or tenant = %(tenant)s);
+-- The oldest pending delivery already due (paused tenants included), in probes: of the due
+-- index (every tenant) or of the tenant's due entries, and of the live leases (at most the
+-- in-flight budget). Never a walk of a backlog.
+select extract(epoch from %(now)s - least(
+           (select min(due_at) from deliveries
+            where state in ('scheduled', 'retrying') and due_at <= %(now)s
+              and %(tenant)s::text is null),
+           (select q.due_at from due_queue q
+            where q.tenant = %(tenant)s and q.token is null and q.due_at <= %(now)s
+            order by q.due_at, q.id limit 1),
+           (select min(due_at) from due_queue
+            where token is not null and due_at <= %(now)s
+              and (%(tenant)s::text is null or tenant = %(tenant)s)),
+           (select min(due_at) from deliveries
+            where state = 'leased' and due_at <= %(now)s
+              and (%(tenant)s::text is null or tenant = %(tenant)s))))::float8 as seconds;
 
 -- name: delivery_by_key
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
@@ -889,14 +958,62 @@ order by d.due_at, d.id
 limit %(limit)s;
 
 -- name: status_overdue_by
--- Lateness split by tenant, kind and channel: the pending rows already due, worst first.
-select d.tenant, s.kind, d.channel, count(*) as n,
-       extract(epoch from %(now)s - min(d.due_at))::float8 as seconds
-from deliveries d join schedules s on s.id = d.schedule_id
-where d.state in ('scheduled', 'retrying', 'leased') and d.due_at <= %(now)s
-  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-group by d.tenant, s.kind, d.channel
-order by seconds desc, d.tenant, s.kind, d.channel
+-- Lateness split by tenant, kind and channel, worst first. A tenant that is not paused: its
+-- pending rows already due (its due entries, then each one's row), and every live lease (at
+-- most the in-flight budget). A paused tenant's backlog is never read row by row: its groups'
+-- pending counts come from the kept counts (`delivery_counts`: not yet due ones included) and
+-- its oldest due entry is one index probe (`paused` says which rows are counted that way).
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), firsts as (  -- each tenant with due entries: paused or not, its oldest
+    select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused,
+           (select q.due_at from due_queue q
+            where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+            order by q.due_at, q.id limit 1) as due_at
+    from queued t
+    where t.tenant is not null and (%(tenant)s::text is null or t.tenant = %(tenant)s)
+), rows_due as (  -- each row by key, whatever the tables' statistics say
+    select d.tenant, d.schedule_id, d.channel, d.due_at
+    from firsts f
+    cross join lateral (
+        select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+        where d.id = any(array(
+            select q.id from due_queue q
+            where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s))) d
+    where not f.paused and f.due_at is not null
+    union all  -- pending leases
+    select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+    where d.id = any(array(
+        select q.id from due_queue q
+        where q.token is not null and q.due_at <= %(now)s
+          and (%(tenant)s::text is null or q.tenant = %(tenant)s)))
+    union all  -- leases a consumer took
+    select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
+    where d.state = 'leased' and d.due_at <= %(now)s
+      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+), by_schedule as (
+    select tenant, schedule_id, channel, count(*) as n, min(due_at) as due_at
+    from rows_due group by tenant, schedule_id, channel
+), counted as (  -- a schedule's kind, a probe each
+    select b.tenant, (select s.kind from schedules s where s.id = b.schedule_id) as kind,
+           b.channel, b.n, b.due_at, false as paused
+    from by_schedule b
+    union all
+    select c.tenant, c.kind, c.channel, sum(c.n) as n, f.due_at, true
+    from firsts f join delivery_counts c on c.tenant = f.tenant
+    where f.paused and f.due_at is not null and c.state in ('scheduled', 'retrying')
+    group by c.tenant, c.kind, c.channel, f.due_at
+    having sum(c.n) > 0
+)
+select tenant, kind, channel, sum(n)::bigint as n, bool_or(paused) as paused,
+       extract(epoch from %(now)s - min(due_at))::float8 as seconds
+from counted
+group by tenant, kind, channel
+order by seconds desc, tenant, kind, channel
 limit 50;
 
 -- name: endpoint_remove

@@ -1,0 +1,126 @@
+"""The bounds of invariant 6 as figures: the buffers each statement touches (EXPLAIN (ANALYZE,
+BUFFERS), planning apart, rolled back), at a small case and at a large one that differs only in
+what the statement has no work for. Each ratio large / small should stay within 1.2.
+
+- ``lease``: a lease pass (batch 100), the tenant count, the lateness and the next due time,
+  with 20 tenants holding due work, then with 20,000 idle tenants more.
+- ``paused``: the tick's lateness and every statement ``status`` runs, without and with a
+  paused tenant's due backlog of ``BENCH_BOUNDS_ROWS`` rows (default 1,000,000).
+- ``purge``: the retention purge with two kinds (kept an hour and 30 days) and ten rows of the
+  short kind past their hour, without and with ``BENCH_BOUNDS_ROWS`` terminal rows of the long
+  kind it keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+from reminders import db, schedules
+from tests.bench.support import (
+    NOW,
+    URL,
+    Cluster,
+    add_rows,
+    add_schedule,
+    fresh_db,
+    statement_reads,
+    untimed,
+)
+
+LEASE = {"batch": 100, "share": 5, "lease_seconds": 300}
+STATUS = ("status_breakdown", "oldest_overdue_delivery", "status_oldest_overdue",
+          "status_expired_leases", "status_overdue_by")
+
+
+def _rows() -> int:
+    return int(os.environ.get("BENCH_BOUNDS_ROWS", "1000000"))
+
+
+Reads = dict[str, dict[str, int]]
+
+
+def _reads(conn: db.Connection, names: tuple[str, ...], params: dict[str, Any]) -> Reads:
+    conn.execute("vacuum analyze")
+    return {name: statement_reads(conn, name, params) for name in names}
+
+
+def _compare(small: Reads, large: Reads) -> dict[str, Any]:
+    """Per statement: the rows and index entries it read and its buffers at each size, and
+    large / small of each (buffers also grow by a level of a B-tree that grew deeper, on every
+    probe of it)."""
+    return {name: {f"{what}_{size}": reads[name][what]
+                   for what in ("rows_read", "buffers")
+                   for size, reads in (("small", small), ("large", large))}
+            | {"rows_read_ratio": large[name]["rows_read"]
+               / max(1, small[name]["rows_read"]),
+               "buffers_ratio": large[name]["buffers"] / max(1, small[name]["buffers"])}
+            for name in small}
+
+
+def _lease(server: Cluster) -> dict[str, Any]:
+    conn, _ = fresh_db(server, "bench_bounds_lease")
+    due = NOW - timedelta(minutes=5)
+    for t in range(20):
+        sid = add_schedule(conn, tenant=f"busy{t:02}", key=f"due-{t}", due=due)
+        add_rows(conn, tenant=f"busy{t:02}", schedule_id=sid, count=99, due=due, first=2)
+    names = ("lease_due", "tenants_with_due_work", "oldest_overdue", "next_due_work")
+    params = {"now": NOW, "cap": 1000, **LEASE}
+    small = _reads(conn, names, params)
+    with untimed(conn):
+        conn.execute("insert into tenants (id) select 'idle' || g from generate_series(1, 20000) g")
+    large = _reads(conn, names, params)
+    conn.close()
+    return {"tenants_small": 20, "tenants_large": 20_020, **_compare(small, large)}
+
+
+def _paused(server: Cluster) -> dict[str, Any]:
+    conn, _ = fresh_db(server, "bench_bounds_paused")
+    due = NOW - timedelta(minutes=5)
+    for t in range(5):
+        sid = add_schedule(conn, tenant=f"busy{t}", key=f"due-{t}", due=due)
+        add_rows(conn, tenant=f"busy{t}", schedule_id=sid, count=19, due=due, first=2)
+    held = add_schedule(conn, tenant="held", key="held", due=NOW - timedelta(hours=2))
+    conn.execute("update tenants set paused = true where id = 'held'")
+    names = ("oldest_overdue", *STATUS)
+    params = {"now": NOW, "cap": 1000, "tenant": None}
+    small = _reads(conn, names, params)
+    started = time.perf_counter()
+    add_rows(conn, tenant="held", schedule_id=held, count=_rows(), due=NOW - timedelta(hours=1),
+             first=2)
+    build_s = time.perf_counter() - started
+    large = _reads(conn, names, params)
+    conn.close()
+    return {"paused_backlog": _rows(), "build_s": build_s, **_compare(small, large)}
+
+
+def _purge(server: Cluster) -> dict[str, Any]:
+    conn, _ = fresh_db(server, "bench_bounds_purge")
+    conn.execute("insert into kinds (name, retention) values ('brief', '1 hour'),"
+                 " ('kept', '30 days')")
+
+    def terminal(kind: str, count: int, age: timedelta) -> None:
+        sid = schedules.schedule(conn, tenant="acme", recipients=["seed"], channel="webhook",
+                                 to=URL, at=NOW - age, now=NOW - age - timedelta(minutes=1),
+                                 key=f"{kind}-{count}", kind=kind).schedule_id
+        add_rows(conn, tenant="acme", schedule_id=sid, count=count, due=NOW - age, first=2,
+                 state="sent")
+        with untimed(conn):
+            conn.execute("update deliveries set state = 'sent', updated_at = %s"
+                         " where schedule_id = %s", (NOW - age, sid))
+
+    params = {"now": NOW, "limit": 1000}
+    terminal("brief", 10, timedelta(hours=2))
+    small = _reads(conn, ("retention_purge",), params)
+    started = time.perf_counter()
+    terminal("kept", _rows(), timedelta(days=3))
+    build_s = time.perf_counter() - started
+    large = _reads(conn, ("retention_purge",), params)
+    conn.close()
+    return {"kept_terminal_rows": _rows(), "build_s": build_s, **_compare(small, large)}
+
+
+def bench_bounds(server: Cluster) -> dict[str, Any]:
+    return {"lease": _lease(server), "paused": _paused(server), "purge": _purge(server)}
