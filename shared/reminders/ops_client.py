@@ -23,6 +23,8 @@ INVOKE_READ_TIMEOUT_SECONDS = 330
 
 
 class Invoker(Protocol):
+    function_name: str  # the proof's audience is this function
+
     def invoke(self, payload: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -71,15 +73,22 @@ def install_invoker(factory: Callable[[str | None, str | None], Invoker] | None)
     _make_invoker = factory or _boto_invoker
 
 
-def request(command: str, arguments: dict[str, Any], sts: Any) -> dict[str, Any]:
+def request(command: str, arguments: dict[str, Any], sts: Any,
+            function_name: str) -> dict[str, Any]:
     """The request: the command, its arguments and the proof of who asks (signed by ``sts``'s
-    credentials, bound to this command), with the caller's own idea of who that is."""
-    from reminders.identity import presign, request_digest
+    credentials, bound to this command, to the function ``function_name`` in ``sts``'s region
+    and the caller's account, and to a fresh nonce), with the caller's own idea of who that
+    is and which function the proof is for."""
+    from reminders.identity import function_arn, new_nonce, presign, request_digest
 
-    claimed = sts.get_caller_identity().get("Arn")
+    claimed = sts.get_caller_identity()
+    audience = function_arn(function_name, partition=sts.meta.partition,
+                            region=sts.meta.region_name, account=str(claimed.get("Account")))
+    nonce = new_nonce()
+    digest = request_digest(command, arguments, audience=audience, nonce=nonce)
     return {"version": VERSION, "command": command, "args": arguments,
-            "identity": {"proof": presign(sts, request_digest(command, arguments)),
-                         "claimed_arn": claimed}}
+            "identity": {"proof": presign(sts, digest), "nonce": nonce, "audience": audience,
+                         "claimed_arn": claimed.get("Arn")}}
 
 
 def outcome_of(answer: dict[str, Any]) -> Outcome:
@@ -107,8 +116,10 @@ def run_remote(command: str, arguments: dict[str, Any], *, stack: str | None,
                             code=EXIT_USAGE)
     region = aws.region()  # none: bad input, before any client is made
     invoker = _make_invoker(stack, function_name)
-    # The proof is signed for the stack's region's STS host, the one the function accepts.
-    return outcome_of(invoker.invoke(request(command, arguments, aws.sts_client(region))))
+    # The proof is signed for the stack's region's STS host, the one the function accepts,
+    # and for this function alone.
+    return outcome_of(invoker.invoke(request(command, arguments, aws.sts_client(region),
+                                             invoker.function_name)))
 
 
 _COMMANDS = ("status", "show", "list", "reconcile", "cancel", "tenants pause",

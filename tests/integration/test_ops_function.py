@@ -12,19 +12,23 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from functions.ops.handler import handler
-from reminders import config, db, ops_client, runtime
+from reminders import config, db, ops, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
 from reminders.local.sts_server import Principal, StsStandIn
 from tests.aws_principals import OPERATOR_ARN, grant_operator, operator
-from tests.conftest import T0, make_runtime
+from tests.conftest import make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
@@ -32,11 +36,28 @@ DUE = "2027-03-01T09:05:00Z"
 _stacks = itertools.count()
 
 
+class SigningClock(FixedClock):
+    """The function's clock in these tests: the instant the proofs are signed at (botocore
+    signs with the system's clock, and the STS stand-in checks with it), moved only by the
+    test (``advance``), never by a fixed instant of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(datetime.now(UTC))
+        self.offset = timedelta()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, delta: timedelta) -> datetime:
+        self.offset += delta
+        return self.now()
+
+
 @pytest.fixture
 def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: str,
                 sts_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[runtime.Runtime]:
     monkeypatch.setenv("REMINDERS_STS_ENDPOINT", sts_endpoint)
-    rt = make_runtime(database_url, queue_urls, moto_endpoint, FixedClock(T0))
+    rt = make_runtime(database_url, queue_urls, moto_endpoint, SigningClock())
     runtime.install(rt)
     yield rt
     rt.close()
@@ -51,9 +72,10 @@ def sts(sts_endpoint: str, moto_endpoint: str) -> Any:
 
 def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
            context: Context | None = None) -> dict[str, Any]:
-    event = ops_client.request(command, args or {}, sts)
+    context = context or Context("Reminders-ops")
+    event = ops_client.request(command, args or {}, sts, context.function_name)
     # Lambda hands the handler the invoke's JSON payload, decoded.
-    return handler(json.loads(json.dumps(event)), context or Context("Reminders-ops"))
+    return handler(json.loads(json.dumps(event)), context)
 
 
 def one(conn: db.Connection, query: str) -> Any:
@@ -251,20 +273,23 @@ def test_a_request_outside_the_allow_list_is_refused_before_anything_runs(
 
 def test_a_request_without_a_valid_proof_is_refused(ops_runtime: runtime.Runtime, sts: Any,
                                                     sts_endpoint: str) -> None:
-    event = ops_client.request("status", {}, sts)
+    event = ops_client.request("status", {}, sts, "Reminders-ops")
     without = {**event, "identity": {"claimed_arn": "arn:aws:iam::1:user/root"}}
     answer = handler(without, Context("Reminders-ops"))
     assert answer["code"] == 2 and "identity.proof is required" in answer["error"]
     # A proof aimed anywhere but the function's own STS endpoint is never fetched.
     elsewhere = event["identity"]["proof"].replace(sts_endpoint, "http://169.254.169.254")
-    answer = handler({**event, "identity": {"proof": elsewhere}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": elsewhere}},
+                     Context("Reminders-ops"))
     assert answer["error"] == f"identity: the proof is not a request to {sts_endpoint}"
     # Another STS action, or a proof that does not sign the command's digest.
     other = event["identity"]["proof"].replace("GetCallerIdentity", "AssumeRole")
-    answer = handler({**event, "identity": {"proof": other}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": other}},
+                     Context("Reminders-ops"))
     assert answer["error"] == "identity: the proof is not a GetCallerIdentity request"
     unbound = event["identity"]["proof"].replace("x-reminders-request", "x-other")
-    answer = handler({**event, "identity": {"proof": unbound}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": unbound}},
+                     Context("Reminders-ops"))
     assert answer["error"] == "identity: the proof does not sign x-reminders-request"
 
 
@@ -275,7 +300,7 @@ def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runt
     another command, changes the signed header's value."""
     schedule(cli)
     args = {"key": "inv-1", "reason": "customer left"}
-    event = ops_client.request("cancel", args, sts)
+    event = ops_client.request("cancel", args, sts, "Reminders-ops")
     for changed in ({**event, "args": {**args, "reason": "customer stayed"}},
                     {**event, "args": {**args, "key": "inv-2"}},
                     {**event, "args": {**args, "dry_run": False}},
@@ -308,7 +333,7 @@ def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: C
                                                       moto_endpoint: str) -> None:
     schedule(cli)
     event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client(
-        "sts", own_sts.url, credentials=operator(moto_endpoint)))
+        "sts", own_sts.url, credentials=operator(moto_endpoint)), "Reminders-ops")
     own_sts.fault = 500
     answer = handler(event, Context("Reminders-ops"))
     assert answer == {"version": 1, "code": 5, "caller": None, "error": (
@@ -326,10 +351,177 @@ def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: C
 
 def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
                                                   sts: Any) -> None:
-    answer = invoke(sts, "status", {}, Context("Reminders-ops", account="999999999999"))
+    there = Context("Reminders-ops", account="999999999999")
+    # A proof for the function of the caller's own account is not for this one.
+    answer = invoke(sts, "status", {}, there)
+    assert (answer["code"], answer["caller"]) == (2, None)
+    assert answer["error"] == (
+        f"identity: the proof is for arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:"
+        f"Reminders-ops, not this function ({there.invoked_function_arn})")
+    # One made for this function (by its ARN): STS names a caller of another account.
+    event = ops_client.request("status", {}, sts, there.invoked_function_arn)
+    answer = handler(event, there)
     assert answer["code"] == 2
     assert answer["error"] == (f"identity: the caller belongs to account {ACCOUNT}, not this "
                                "function's")
+
+
+# ---------------------------------------------------------------- the proof is not a bearer token
+
+
+PAUSE = ("tenants pause", {"tenant": "acme", "create": True, "reason": "INC-3"})
+USED = ("identity: this proof was used already (a proof is good for one command, once; run "
+        "the command again for a new one)")
+
+
+def paused(conn: db.Connection) -> list[Any]:
+    return [r["paused"] for r in conn.execute("select paused from tenants").fetchall()]
+
+
+def test_a_captured_proof_is_refused_a_second_time(ops_runtime: runtime.Runtime, sts: Any,
+                                                   conn: db.Connection) -> None:
+    """Whoever captures a request (a log, a proxy, a shared terminal) cannot run it again as
+    its signer: the proof is remembered in Postgres until it expires."""
+    event = json.loads(json.dumps(ops_client.request(*PAUSE, sts, "Reminders-ops")))
+    assert handler(event, Context("Reminders-ops"))["code"] == 0
+    assert paused(conn) == [True]
+    conn.execute("update tenants set paused = false")
+    again = handler(json.loads(json.dumps(event)), Context("Reminders-ops"))
+    assert again == {"version": 1, "code": 2, "error": USED, "caller": OPERATOR_ARN}
+    assert paused(conn) == [False]
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 1}
+    (kept,) = conn.execute("select caller_arn, command, expires_at - accepted_at <= "
+                           "interval '120 seconds' as bounded from identity_proofs").fetchall()
+    assert kept == {"caller_arn": OPERATOR_ARN, "command": "tenants pause", "bounded": True}
+
+
+def test_a_proof_for_another_stacks_function_is_refused(ops_runtime: runtime.Runtime, sts: Any,
+                                                        conn: db.Connection) -> None:
+    """A proof made for another stack's operations function (same account, same caller) does
+    not run here, even with the request's audience rewritten to this function: the function
+    computes the signed digest with its own ARN."""
+    event = ops_client.request(*PAUSE, sts, "Other-ops")
+    here = Context("Reminders-ops")
+    answer = handler(event, here)
+    assert answer["error"] == (
+        f"identity: the proof is for arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:"
+        f"Other-ops, not this function ({here.invoked_function_arn})")
+    rewritten = {**event, "identity": {**event["identity"],
+                                       "audience": here.invoked_function_arn}}
+    answer = handler(rewritten, here)
+    assert answer["code"] == 2
+    assert answer["error"].startswith("identity: STS refused the proof (HTTP 403 "
+                                      "SignatureDoesNotMatch)")
+    # Nor without the claim, nor with another nonce: the nonce is signed too.
+    unclaimed = {**event, "identity": {k: v for k, v in event["identity"].items()
+                                       if k != "audience"}}
+    assert handler(unclaimed, here)["error"] == answer["error"]
+    renonced = {**event, "identity": {**event["identity"], "audience": here.invoked_function_arn,
+                                      "nonce": "0" * 32}}
+    assert handler(renonced, here)["error"] == answer["error"]
+    assert paused(conn) == []
+    assert handler(event, Context("Other-ops"))["code"] == 0  # where it was made for
+    assert paused(conn) == [True]
+
+
+def test_a_proof_signed_more_than_120_s_from_the_functions_clock_is_refused(
+        ops_runtime: runtime.Runtime, sts: Any, conn: db.Connection) -> None:
+    clock = ops_runtime.clock
+    assert isinstance(clock, SigningClock)
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops")
+    clock.advance(timedelta(seconds=122))
+    answer = handler(event, Context("Reminders-ops"))
+    assert answer["code"] == 2, answer
+    assert answer["error"].startswith("identity: the proof was signed 12")
+    assert answer["error"].endswith(" s ago; a proof is good for 120 s (run the command again, "
+                                    "and check the clock where it runs)")
+    clock.advance(timedelta(seconds=-244))  # a proof from the function's future
+    answer = handler(event, Context("Reminders-ops"))
+    assert "s ahead of the function's clock; a proof is good for 120 s" in answer["error"]
+    assert paused(conn) == []
+    clock.advance(timedelta(seconds=122 + 100))  # 100 s old: still good
+    assert handler(event, Context("Reminders-ops"))["code"] == 0
+    assert paused(conn) == [True]
+
+
+@pytest.mark.parametrize("seconds", [900, 121])
+def test_a_proof_good_for_more_than_120_s_is_refused(ops_runtime: runtime.Runtime, sts: Any,
+                                                     conn: db.Connection, seconds: int) -> None:
+    from reminders.identity import presign
+
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops")
+    digest = ops.parse_request(event).digest(event["identity"]["audience"])
+    longer = {**event, "identity": {**event["identity"],
+                                    "proof": presign(sts, digest, seconds=seconds)}}
+    answer = handler(longer, Context("Reminders-ops"))
+    assert answer == {"version": 1, "code": 2, "caller": None, "error": (
+        f"identity: the proof must expire within 120 s (X-Amz-Expires '{seconds}')")}
+    assert paused(conn) == []
+    good = {**event, "identity": {**event["identity"], "proof": presign(sts, digest,
+                                                                          seconds=120)}}
+    assert handler(good, Context("Reminders-ops"))["code"] == 0
+
+
+def test_two_uses_of_one_proof_at_once_run_it_once(ops_runtime: runtime.Runtime, sts: Any,
+                                                   sts_endpoint: str, database_url: str,
+                                                   conn: db.Connection) -> None:
+    """Both uses pass STS; both then claim the proof. The primary key decides: the test holds
+    the claim's row in an open transaction until both are waiting on it, then lets go, and
+    exactly one runs the command."""
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops")
+    audience = Context("Reminders-ops").invoked_function_arn
+    digest = ops.parse_request(event).digest(audience)
+    answers: list[dict[str, Any]] = []
+
+    def use() -> None:
+        with db.connect(database_url) as own:
+            answers.append(ops.handle(json.loads(json.dumps(event)), connection=lambda: own,
+                                      now=ops_runtime.clock.now, queue_counts=None,
+                                      sts_endpoint=sts_endpoint, account=ACCOUNT,
+                                      audience=audience))
+
+    with db.connect(database_url) as blocker, blocker.transaction():
+        blocker.execute("insert into identity_proofs values (%s, 'test', 'test', now(), "
+                        "now())", (digest,))
+        threads = [threading.Thread(target=use) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                "select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' "
+                "and query like '%%identity_proofs%%'").fetchone()
+            if waiting == {"n": 2}:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the two uses never both waited on the claim")
+        raise psycopg.Rollback()  # lets both go: one claims, the other finds it
+    for thread in threads:
+        thread.join(30)
+    assert sorted(a["code"] for a in answers) == [0, 2], answers
+    assert [a["error"] for a in answers if a["code"] == 2] == [USED]
+    assert paused(conn) == [True]
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 1}
+
+
+def test_expired_proofs_are_forgotten_a_bounded_batch_at_a_time(
+        ops_runtime: runtime.Runtime, sts: Any, conn: db.Connection) -> None:
+    now = ops_runtime.clock.now()
+    conn.execute("insert into identity_proofs select md5(i::text) || md5(i::text), 'x', 'status',"
+                 " %s, %s from generate_series(1, %s) as i",
+                 (now - timedelta(seconds=300), now - timedelta(seconds=1),
+                  ops.PROOF_PURGE_BATCH + 30))
+    conn.execute("insert into identity_proofs values (repeat('a', 64), 'x', 'status', %s, %s)",
+                 (now, now + timedelta(seconds=60)))
+    assert invoke(sts, "tenants list")["code"] == 0
+    left = conn.execute("select count(*) filter (where expires_at <= %s) as expired, "
+                        "count(*) filter (where expires_at > %s) as live from identity_proofs",
+                        (now, now)).fetchone()
+    assert left == {"expired": 30, "live": 2}
+    assert invoke(sts, "tenants list")["code"] == 0
+    assert conn.execute("select count(*) as n from identity_proofs where expires_at <= %s",
+                        (now,)).fetchone() == {"n": 0}
 
 
 # ---------------------------------------------------------------- reminders --stack, end to end
