@@ -123,6 +123,37 @@ COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "tenants list": (frozenset(), frozenset()),
 }
 WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume"})
+READS = frozenset(COMMANDS) - WRITES
+# Which commands a deployed operations function serves: "read" (READS) or "write" (WRITES).
+# The stack deploys one of each from this code, each with its own reserved concurrency and
+# its own lambda:InvokeFunction permission.
+SERVES_ENV = "REMINDERS_OPS_SERVES"
+SERVED = {"read": READS, "write": WRITES}
+
+
+def kind_of(command: str) -> str:
+    """Whether ``command`` is a read or a write."""
+    return "write" if command in WRITES else "read"
+
+
+def serves_from_env(env: Mapping[str, str]) -> str:
+    from reminders.errors import ConfigError
+
+    serves = env.get(SERVES_ENV, "")
+    if serves not in SERVED:
+        raise ConfigError(f"{SERVES_ENV} must be read or write (the commands this operations "
+                          f"function serves), got {serves!r}")
+    return serves
+
+
+def check_served(request: Request, serves: str) -> None:
+    """A command of the other kind is refused before its proof is checked."""
+    if request.command not in SERVED[serves]:
+        kind = kind_of(request.command)
+        raise InvalidInput(f"request: {request.command} is a {kind} command; this operations "
+                           f"function serves the {serves} commands only "
+                           f"({', '.join(c for c in COMMANDS if c in SERVED[serves])}): send it "
+                           f"to the stack's ops-{kind} function")
 
 
 @dataclass(frozen=True)
@@ -305,10 +336,12 @@ def redacted(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable[[], datetime],
            queue_counts: Callable[[], dict[str, dict[str, int]]] | None, sts_endpoint: str,
-           account: str | None, audience: str, request_id: str = "") -> dict[str, Any]:
-    """Validate, prove the caller (for this function, ``audience``: its ARN), remember the
-    proof, run, answer; every command is logged with who ran it. Nothing but a response
-    leaves: errors become a line and an exit status."""
+           account: str | None, audience: str, serves: str,
+           request_id: str = "") -> dict[str, Any]:
+    """Validate (a command this function serves: ``serves``, read or write), prove the caller
+    (for this function, ``audience``: its ARN), remember the proof, run, answer; every command
+    is logged with who ran it. Nothing but a response leaves: errors become a line and an exit
+    status."""
     from reminders.identity import check_proof, verify
     from reminders.observability import logger
 
@@ -316,6 +349,7 @@ def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable
     request: Request | None = None
     try:
         request = parse_request(event)
+        check_served(request, serves)
         check_audience(request, audience)
         instant = now()
         signed_at = check_proof(request.proof, sts_endpoint, now=instant)
@@ -357,11 +391,18 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
     """``handle`` with what a Lambda invocation and the runtime provide."""
     import os
 
+    from reminders.errors import ConfigError
     from reminders.identity import audience_of
 
     arn = str(getattr(context, "invoked_function_arn", "") or "")
     parts = arn.split(":")
-    rt = rt.for_function("ops")
+    try:
+        serves = serves_from_env(os.environ)
+        audience = audience_of(arn)
+        sts_endpoint = sts_endpoint_from_env(os.environ)
+    except (ConfigError, IdentityRefused) as exc:
+        return failure_for(exc, None)
+    rt = rt.for_function(f"ops-{serves}")
     rt_queues = (rt.deliveries, rt.dlq, rt.parking)
 
     def queue_counts() -> dict[str, dict[str, int]]:
@@ -369,16 +410,12 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
                 for name, queue in zip(("deliveries", "dlq", "parking"), rt_queues, strict=True)}
 
     try:
-        try:
-            audience = audience_of(arn)
-        except IdentityRefused as exc:
-            return failure_for(exc, None)
         return handle(event, connection=rt.connection, now=rt.clock.now,
-                      queue_counts=queue_counts, sts_endpoint=sts_endpoint_from_env(os.environ),
+                      queue_counts=queue_counts, sts_endpoint=sts_endpoint,
                       account=parts[4] if len(parts) > 4 and parts[4] else None,
-                      audience=audience,
+                      audience=audience, serves=serves,
                       request_id=str(getattr(context, "aws_request_id", "") or ""))
     finally:
         # An operator's command is rare: hold no connection between them (the proxy's
-        # connection budget counts this function with migrate's one).
+        # connection budget counts the operations functions with migrate's one).
         rt.close()
