@@ -79,8 +79,9 @@ PUBLISHER_MAX_EVENT_AGE_SECONDS = 120
 OPERATOR_ACCESS = ("", "bastion")
 # The command line waits 30 s longer than this for the operations function's answer.
 MAX_OPS_TIMEOUT_SECONDS = 300
-# The operations function is named "{stackName}-ops" (Lambda allows 64 characters).
-MAX_STACK_NAME_FOR_FUNCTION = 60
+# The operations functions are named "{stackName}-ops-read" and "{stackName}-ops-write"
+# (Lambda allows 64 characters).
+MAX_STACK_NAME_FOR_FUNCTION = 54
 
 # Zones used when ``availabilityZones`` is not given: the first ones Fn::GetAZs returns.
 DEFAULT_ZONE_COUNT = 2
@@ -374,7 +375,8 @@ class Settings:
                                 f"{self.ops_timeout_seconds}")
         if len(self.stack_name) > MAX_STACK_NAME_FOR_FUNCTION:
             raise SettingsError(f"stackName must be at most {MAX_STACK_NAME_FOR_FUNCTION} "
-                                "characters (the operations function is named STACK-ops)")
+                                "characters (the operations functions are named STACK-ops-read and "
+                                "STACK-ops-write)")
         byo = {
             "existingVpcId": self.existing_vpc_id,
             "existingSubnetIds": self.existing_subnet_ids,

@@ -137,12 +137,14 @@ class RemindersStack(Stack):
                 description="Allow this group on your database's Postgres port",
             )
         CfnOutput(self, "DatabaseSecretArn", value=self.database.secret.secret_arn)
-        CfnOutput(
-            self,
-            "OpsFunctionName",
-            value=self.functions.ops.function_name,
-            description="reminders --stack NAME invokes it (lambda:InvokeFunction)",
-        )
+        for kind, output in (("read", "OpsReadFunctionName"), ("write", "OpsWriteFunctionName")):
+            CfnOutput(
+                self,
+                output,
+                value=self.functions.ops[kind].function_name,
+                description=f"reminders --stack NAME invokes it for the {kind} commands "
+                "(lambda:InvokeFunction)",
+            )
         if self.port_forward is not None:
             CfnOutput(
                 self,

@@ -44,12 +44,18 @@ OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:user/operator"
 _README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+OPERATOR_KINDS = ("read", "write")
+
+
 def readme_operator_policy(*, region: str, account: str, stack_name: str,
-                           function_name: str) -> dict[str, Any]:
-    """The README's "IAM permissions an operator needs", with its account, region, stack name
-    and function name replaced (as the README tells the reader to)."""
+                           function_name: str, kind: str) -> dict[str, Any]:
+    """The README's operator-read or operator-write policy (``kind``), under "The IAM
+    permissions an operator needs", with its account, region, stack name and function name
+    prefix (``STACK-ops``: the functions are ``STACK-ops-read`` and ``STACK-ops-write``)
+    replaced, as the README tells the reader to."""
     text = _README.read_text()
     after = text.split("The IAM permissions an operator needs", 1)[1]
+    after = after.split(f"operator-{kind} policy", 1)[1]
     block = after.split("```json\n", 1)[1].split("```", 1)[0]
     document: dict[str, Any] = json.loads(block)
     for statement in document["Statement"]:
@@ -70,12 +76,16 @@ def operator(endpoint: str) -> Credentials:
     return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
 
 
-def grant_operator(endpoint: str, stack_name: str, function_name: str) -> None:
-    """Give the operator the README's operator policy for ``stack_name`` and its function
-    (one policy per stack, as an administrator would name it)."""
+def grant_operator(endpoint: str, stack_name: str, function_name: str,
+                   kinds: tuple[str, ...] = OPERATOR_KINDS) -> None:
+    """Give the operator the README's operator policies (``kinds``: read, write) for
+    ``stack_name`` and its functions ``function_name``-read and -write (one policy per stack
+    and kind, as an administrator would name it)."""
     operator(endpoint)
-    document = readme_operator_policy(region=stack.REGION, account=ACCOUNT,
-                                      stack_name=stack_name, function_name=function_name)
-    stack.aws_client("iam", endpoint).put_user_policy(
-        UserName="operator", PolicyName=f"reminders-operator-{stack_name}",
-        PolicyDocument=json.dumps(document))
+    for kind in kinds:
+        document = readme_operator_policy(region=stack.REGION, account=ACCOUNT,
+                                          stack_name=stack_name, function_name=function_name,
+                                          kind=kind)
+        stack.aws_client("iam", endpoint).put_user_policy(
+            UserName="operator", PolicyName=f"reminders-operator-{kind}-{stack_name}",
+            PolicyDocument=json.dumps(document))

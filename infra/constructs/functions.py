@@ -1,5 +1,5 @@
-"""The Lambda functions (scanner, publisher, consumer, redrive, migrate, ops), built from one
-code asset and one dependency layer."""
+"""The Lambda functions (scanner, publisher, consumer, redrive, migrate, ops-read, ops-write),
+built from one code asset and one dependency layer."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ from infra.settings import (
     retention_days,
 )
 
-# One operator command at a time (functions/ops).
-OPS_CONCURRENCY = 1
+# The operations function, twice from the same code (functions/ops): one serves the read
+# commands, one the write commands (REMINDERS_OPS_SERVES), each with its own reserved
+# concurrency and its own lambda:InvokeFunction permission, so a reader looping on `status`
+# never throttles a writer, and a reader's permission is not a writer's.
+OPS_CONCURRENCY = {"read": 1, "write": 1}
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 SERVICE_NAME = "reminders"
@@ -73,8 +76,9 @@ class FunctionDefaults:
         async_max_event_age: Duration | None = None,
         function_name: str | None = None,
         shared_environment: bool = True,
+        handler_module: str | None = None,
     ) -> lambda_.Function:
-        construct_id = name.capitalize()
+        construct_id = construct_label(name)
         log_group = logs.LogGroup(
             self.scope,
             f"{construct_id}Logs",
@@ -105,7 +109,7 @@ class FunctionDefaults:
             runtime=RUNTIME,
             architecture=ARCHITECTURE,
             code=self.code,
-            handler=f"functions.{name}.handler.handler",
+            handler=f"functions.{handler_module or name}.handler.handler",
             layers=[self.layer],
             role=role,
             memory_size=memory_mib,
@@ -219,31 +223,41 @@ class Functions(Construct):
             subnets=network.private_subnets,
         )
         # Operator commands from `reminders --stack` (functions/ops): the application role,
-        # one instance at a time. Its connection lives for one invocation; it shares migrate's
-        # place in the connection budget (migrate runs only during a deploy).
-        self.ops = defaults.create(
-            "ops",
-            description="Runs reminders operator commands (status, show, list, reconcile, "
-            "cancel, tenants) for IAM callers",
-            timeout_seconds=settings.ops_timeout_seconds,
-            subnets=network.private_subnets,
-            environment={
-                **service_environment(settings),
-                **app_login,
-                "REMINDERS_STS_ENDPOINT": Fn.join(
-                    "", ["https://sts.", Aws.REGION, ".", Aws.URL_SUFFIX]
-                ),
-            },
-            reserved_concurrency=OPS_CONCURRENCY,
-            async_retry_attempts=0,
-            function_name=f"{settings.stack_name}-ops",
-        )
+        # the read commands and the write commands each in a function of their own, one
+        # instance of each at a time. A connection lives for one invocation; operator commands
+        # are rare, and they share migrate's place in the connection budget (migrate runs only
+        # during a deploy).
+        described = {"read": "status, show, list, tenants list",
+                     "write": "reconcile, cancel, tenants pause and resume"}
+        self.ops = {
+            kind: defaults.create(
+                f"ops-{kind}",
+                handler_module="ops",
+                description=f"Runs the reminders operator {kind} commands ({described[kind]}) "
+                "for IAM callers",
+                timeout_seconds=settings.ops_timeout_seconds,
+                subnets=network.private_subnets,
+                environment={
+                    **service_environment(settings),
+                    **app_login,
+                    "REMINDERS_STS_ENDPOINT": Fn.join(
+                        "", ["https://sts.", Aws.REGION, ".", Aws.URL_SUFFIX]
+                    ),
+                    "REMINDERS_OPS_SERVES": kind,
+                },
+                reserved_concurrency=OPS_CONCURRENCY[kind],
+                async_retry_attempts=0,
+                function_name=f"{settings.stack_name}-ops-{kind}",
+            )
+            for kind in ("read", "write")
+        }
         self.all = {
             "scanner": self.scanner,
             "consumer": self.consumer,
             "redrive": self.redrive,
             "migrate": self.migrate,
-            "ops": self.ops,
+            "ops-read": self.ops["read"],
+            "ops-write": self.ops["write"],
         }
         if self.publisher is not None:
             self.all["publisher"] = self.publisher
@@ -257,7 +271,8 @@ class Functions(Construct):
             "scanner": self.scanner,
             "consumer": self.consumer,
             "redrive": self.redrive,
-            "ops": self.ops,
+            "ops-read": self.ops["read"],
+            "ops-write": self.ops["write"],
         }
         for function in self.service_functions.values():
             _grant_secret_value(function, database.app_secret)
@@ -290,8 +305,9 @@ class Functions(Construct):
                     resources=[queues.deliveries.queue_arn],
                 )
             )
-        # `status` shows the queues' counts beside Postgres' (reminders.queue.Queue.counts).
-        self.ops.add_to_role_policy(
+        # `status` (a read) shows the queues' counts beside Postgres'
+        # (reminders.queue.Queue.counts); the write commands read no queue.
+        self.ops["read"].add_to_role_policy(
             iam.PolicyStatement(
                 sid="ReadQueueDepths",
                 actions=["sqs:GetQueueAttributes"],
@@ -351,6 +367,11 @@ class Functions(Construct):
 
         for name, function in self.all.items():
             _acknowledge_role_wildcards(name, function)
+
+
+def construct_label(name: str) -> str:
+    """A function's construct id and alarm label: ``ops-read`` -> ``OpsRead``."""
+    return "".join(part.capitalize() for part in name.split("-"))
 
 
 def _mapping_id(queue: sqs.IQueue) -> str:

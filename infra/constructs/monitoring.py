@@ -16,7 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IDependable
 
-from infra.constructs.functions import METRICS_NAMESPACE, SERVICE_NAME
+from infra.constructs.functions import METRICS_NAMESPACE, SERVICE_NAME, construct_label
 from infra.constructs.queues import Queues
 from infra.settings import Settings
 
@@ -97,7 +97,7 @@ class Monitoring(Construct):
             *_rotation_alarms(rotation_functions),
         ]
         for name, function in functions.items():
-            specs += _function_alarms(name.capitalize(), function)
+            specs += _function_alarms(construct_label(name), function)
         if "publisher" in functions:
             specs += _publisher_alarms(functions["publisher"])
 

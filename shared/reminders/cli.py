@@ -1172,12 +1172,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the versions (as `reminders version`) and exit")
     parser.add_argument("--stack", metavar="NAME",
                         help="run the command in the deployed stack NAME (its operations "
-                             "function, with your AWS credentials): status, show, list, "
-                             "reconcile, cancel, tenants; e.g. `reminders --stack Reminders "
-                             "status`")
+                             "functions, with your AWS credentials: reads through NAME-ops-read, "
+                             "writes through NAME-ops-write): status, show, list, reconcile, "
+                             "cancel, tenants; e.g. `reminders --stack Reminders status`")
     parser.add_argument("--ops-function", metavar="NAME",
-                        help="as --stack, naming the operations function itself (skips the "
-                             "CloudFormation lookup)")
+                        help="as --stack, naming the operations functions themselves, NAME-read "
+                             "and NAME-write (e.g. Reminders-ops; skips the CloudFormation "
+                             "lookup)")
     parser.epilog = EXIT_STATUSES
     sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
 

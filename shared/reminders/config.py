@@ -49,6 +49,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     "REMINDERS_NOW": "shared/reminders/clock.py",
     "REMINDERS_ACTOR": "shared/reminders/operator.py",
     "REMINDERS_STS_ENDPOINT": "shared/reminders/ops.py",
+    "REMINDERS_OPS_SERVES": "shared/reminders/ops.py",
     "REMINDERS_DEBUG": "shared/reminders/cli.py",
     "REMINDERS_HOME": "shared/reminders/local/stack.py",
     "REMINDERS_DEMO_LOGS": "shared/reminders/local/demo.py",

@@ -4,11 +4,18 @@ A Lambda invocation does not tell the function which IAM identity invoked it (th
 carries a Cognito identity only, and ``ClientContext`` is whatever the caller wrote). So the
 command line sends a proof the function can check: an STS ``GetCallerIdentity`` request
 presigned with the caller's credentials, with a signed header ``x-reminders-request`` that
-holds the SHA-256 of the command and its arguments. The function sends that request to STS
-(only its own region's, ``REMINDERS_STS_ENDPOINT``, or that region's FIPS or dual-stack
-host: :func:`accepted_origins`) with the digest
-of the command it actually received: STS answers with the signer's ARN only if the signature,
-the expiry and the digest all match. A proof is good for one command for ``PROOF_SECONDS``.
+holds the SHA-256 of one document: the command, its arguments, the audience (the ARN of the
+function it is for: :func:`function_arn`) and a fresh random nonce. The function sends that
+request to STS (only its own region's, ``REMINDERS_STS_ENDPOINT``, or that region's FIPS or
+dual-stack host: :func:`accepted_origins`) with the digest of the command it actually
+received, its own ARN as the audience and the nonce the request carries: STS answers with the
+signer's ARN only if the signature, the expiry and the digest all match.
+
+A proof is not a bearer token. It is good for one function (the audience: not another
+stack's, nor the other operations function of the same stack), for at most
+``MAX_PROOF_SECONDS`` (its ``X-Amz-Expires``, and its ``X-Amz-Date`` within that of the
+function's clock), and once: the function remembers each accepted proof's digest in Postgres
+until it expires (``identity_proofs``) and refuses a second use.
 
 The caller's own ``GetCallerIdentity`` answer travels beside it as ``claimed_arn``; it is
 logged, never trusted.
@@ -19,9 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from xml.etree import ElementTree
@@ -31,7 +40,17 @@ from reminders.outcome import EXIT_UNAVAILABLE
 
 HEADER = "x-reminders-request"
 PROOF_SECONDS = 60
-MAX_PROOF_SECONDS = 900
+# The longest a proof is good for: its X-Amz-Expires at most, and its X-Amz-Date at most this
+# far from the function's clock (either way: a clock ahead of the function's is no longer
+# good). The function remembers an accepted proof this long after its X-Amz-Date.
+MAX_PROOF_SECONDS = 120
+# A nonce: 128 bits or more, as hex.
+_NONCE = re.compile(r"[0-9a-f]{32,64}")
+_AMZ_DATE = re.compile(r"\d{8}T\d{6}Z")
+# An operations function's ARN, unqualified or with a version or alias.
+_FUNCTION_ARN = re.compile(
+    r"arn:(aws[a-z-]*):lambda:([a-z]{2}(?:-[a-z]+)+-[0-9]{1,2}):([0-9]{12}):function:"
+    r"([A-Za-z0-9_-]{1,64})(?::[A-Za-z0-9_$-]{1,128})?")
 STS_VERSION = "2011-06-15"
 # What a presigned GetCallerIdentity carries in its query, and nothing else.
 PROOF_PARAMETERS = frozenset({
@@ -79,11 +98,47 @@ class Caller:
         return {"principal": self.arn}
 
 
-def request_digest(command: str, arguments: dict[str, Any]) -> str:
-    """The SHA-256 of a command and its arguments, in one canonical JSON form."""
-    text = json.dumps({"command": command, "args": arguments}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=True)
+def request_digest(command: str, arguments: dict[str, Any], *, audience: str,
+                   nonce: str) -> str:
+    """The SHA-256 of a command, its arguments, the function it is for and a nonce, in one
+    canonical JSON form: what a proof signs."""
+    text = json.dumps({"command": command, "args": arguments, "audience": audience,
+                       "nonce": nonce}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def new_nonce() -> str:
+    """A fresh random nonce for one proof (128 bits)."""
+    return secrets.token_hex(16)
+
+
+def check_nonce(nonce: Any) -> str:
+    if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
+        raise IdentityRefused("identity: identity.nonce must be 32 to 64 lower-case hex "
+                              "digits (the reminders command line makes one per command)")
+    return nonce
+
+
+def function_arn(name: str, *, partition: str, region: str, account: str) -> str:
+    """The audience of a proof for the function ``name`` (a name, or an ARN, whose qualifier
+    is dropped): its unqualified ARN in ``region`` and ``account``."""
+    found = _FUNCTION_ARN.fullmatch(name)
+    if found is not None:
+        return audience_of(name)
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise InvalidInput(f"--ops-function: not a function name or ARN: {name[:80]!r}")
+    return f"arn:{partition}:lambda:{region}:{account}:function:{name}"
+
+
+def audience_of(invoked_function_arn: str) -> str:
+    """The function's own audience: the ARN it was invoked as, without a version or alias."""
+    found = _FUNCTION_ARN.fullmatch(invoked_function_arn)
+    if found is None:
+        raise IdentityRefused(f"identity: the function's own ARN cannot be read "
+                              f"({invoked_function_arn[:120]!r})")
+    partition, region, account, name = found.groups()
+    return f"arn:{partition}:lambda:{region}:{account}:function:{name}"
 
 
 def presign(sts: Any, digest: str, *, seconds: int = PROOF_SECONDS) -> str:
@@ -136,9 +191,11 @@ def accepted_origins(sts_endpoint: str) -> frozenset[str]:
     return frozenset(f"https://{host}" for host in hosts)
 
 
-def check_proof(proof: str, sts_endpoint: str) -> None:
+def check_proof(proof: str, sts_endpoint: str, *, now: datetime) -> datetime:
     """Refuse anything but a presigned GetCallerIdentity to one of :func:`accepted_origins`,
-    before a byte is sent: the function fetches no other URL a caller could name."""
+    good for at most ``MAX_PROOF_SECONDS`` and signed within that of ``now`` (the function's
+    clock), before a byte is sent: the function fetches no other URL a caller could name.
+    Returns the instant it was signed (its ``X-Amz-Date``)."""
     if len(proof) > MAX_PROOF_LENGTH:
         raise IdentityRefused("identity: the proof is too long")
     parts, origins = urlsplit(proof), accepted_origins(sts_endpoint)
@@ -160,12 +217,34 @@ def check_proof(proof: str, sts_endpoint: str) -> None:
         raise IdentityRefused(f"identity: the proof does not sign {HEADER}")
     expires = one.get("X-Amz-Expires", "")
     if not expires.isdigit() or not 1 <= int(expires) <= MAX_PROOF_SECONDS:
-        raise IdentityRefused(f"identity: the proof must expire within {MAX_PROOF_SECONDS} s")
+        raise IdentityRefused(f"identity: the proof must expire within {MAX_PROOF_SECONDS} s "
+                              f"(X-Amz-Expires {expires[:12]!r})")
+    stamp = one.get("X-Amz-Date", "")
+    if not _AMZ_DATE.fullmatch(stamp):
+        raise IdentityRefused("identity: the proof's X-Amz-Date cannot be read")
+    try:
+        signed_at = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        raise IdentityRefused("identity: the proof's X-Amz-Date cannot be read") from None
+    age = (now - signed_at).total_seconds()
+    if abs(age) > MAX_PROOF_SECONDS:
+        when = f"{int(age)} s ago" if age > 0 else f"{int(-age)} s ahead of the function's clock"
+        raise IdentityRefused(f"identity: the proof was signed {when}; a proof is good for "
+                              f"{MAX_PROOF_SECONDS} s (run the command again, and check the "
+                              "clock where it runs)")
+    return signed_at
 
 
-def verify(proof: str, digest: str, *, sts_endpoint: str, timeout: float = 5.0) -> Caller:
+def remembered_until(signed_at: datetime) -> datetime:
+    """Until when an accepted proof is remembered: past it, :func:`check_proof` refuses it
+    by its age anyway."""
+    return signed_at + timedelta(seconds=MAX_PROOF_SECONDS)
+
+
+def verify(proof: str, digest: str, *, sts_endpoint: str, now: datetime,
+           timeout: float = 5.0) -> Caller:
     """Ask STS who signed ``proof`` for the command whose digest is ``digest``."""
-    check_proof(proof, sts_endpoint)
+    check_proof(proof, sts_endpoint, now=now)
     opener = urllib.request.build_opener(_NoRedirects)
     request = urllib.request.Request(proof, headers={HEADER: digest}, method="GET")
     try:

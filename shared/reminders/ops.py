@@ -10,7 +10,14 @@ Request (version 1)::
 
     {"version": 1, "command": "reconcile", "args": {"key": "...", "as": "sent", ...},
      "identity": {"proof": "https://sts.REGION.amazonaws.com/?Action=GetCallerIdentity&...",
+                  "nonce": "9f86d081884c7d659a2feaa0c55ad015",
+                  "audience": "arn:aws:lambda:REGION:111122223333:function:Reminders-ops",
                   "claimed_arn": "arn:aws:iam::111122223333:user/alice"}}
+
+The proof signs the digest of the command, its arguments, the nonce and the audience; the
+function computes it with its own ARN as the audience (``audience`` in the request is the
+caller's claim, compared only to say plainly that a proof is for another function). An
+accepted proof is remembered in ``identity_proofs`` and refused a second time.
 
 Response: ``{"version": 1, "code": 0, "data": ..., "text": ..., "notes": [...],
 "json_notes": [...], "caller": ARN}``, or ``{"version": 1, "code": N, "error": LINE, ...}``.
@@ -26,7 +33,7 @@ from typing import Any
 
 from reminders import db
 from reminders.errors import InvalidInput
-from reminders.identity import Caller, request_digest
+from reminders.identity import Caller, IdentityRefused, check_nonce, request_digest
 from reminders.outcome import EXIT_USAGE, Outcome, error_line
 from reminders.reasons import checked_reason
 
@@ -36,6 +43,8 @@ VERSION = 1
 MAX_REMOTE_LIMIT = 1000
 # Lambda refuses a synchronous response above 6 MB; a larger answer is refused with a hint.
 MAX_RESPONSE_BYTES = 5_000_000
+# Expired proofs forgotten at each invocation, at most (one is added per invocation).
+PROOF_PURGE_BATCH = 100
 STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale",
           "unknown", "dead")
 CHANNELS = ("webhook", "email", "sms")
@@ -114,6 +123,37 @@ COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "tenants list": (frozenset(), frozenset()),
 }
 WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume"})
+READS = frozenset(COMMANDS) - WRITES
+# Which commands a deployed operations function serves: "read" (READS) or "write" (WRITES).
+# The stack deploys one of each from this code, each with its own reserved concurrency and
+# its own lambda:InvokeFunction permission.
+SERVES_ENV = "REMINDERS_OPS_SERVES"
+SERVED = {"read": READS, "write": WRITES}
+
+
+def kind_of(command: str) -> str:
+    """Whether ``command`` is a read or a write."""
+    return "write" if command in WRITES else "read"
+
+
+def serves_from_env(env: Mapping[str, str]) -> str:
+    from reminders.errors import ConfigError
+
+    serves = env.get(SERVES_ENV, "")
+    if serves not in SERVED:
+        raise ConfigError(f"{SERVES_ENV} must be read or write (the commands this operations "
+                          f"function serves), got {serves!r}")
+    return serves
+
+
+def check_served(request: Request, serves: str) -> None:
+    """A command of the other kind is refused before its proof is checked."""
+    if request.command not in SERVED[serves]:
+        kind = kind_of(request.command)
+        raise InvalidInput(f"request: {request.command} is a {kind} command; this operations "
+                           f"function serves the {serves} commands only "
+                           f"({', '.join(c for c in COMMANDS if c in SERVED[serves])}): send it "
+                           f"to the stack's ops-{kind} function")
 
 
 @dataclass(frozen=True)
@@ -122,10 +162,12 @@ class Request:
     args: dict[str, Any]
     proof: str
     claimed_arn: str | None
+    nonce: str = ""
+    claimed_audience: str | None = None
 
-    @property
-    def digest(self) -> str:
-        return request_digest(self.command, self.args)
+    def digest(self, audience: str) -> str:
+        """What the proof must sign, for the function whose ARN is ``audience``."""
+        return request_digest(self.command, self.args, audience=audience, nonce=self.nonce)
 
 
 def _flag(name: str) -> str:
@@ -165,8 +207,38 @@ def parse_request(event: Any) -> Request:
         raise InvalidInput("request: identity.proof is required (a presigned "
                            "GetCallerIdentity; the reminders command line sends it)")
     claimed = identity.get("claimed_arn")
+    audience = identity.get("audience")
     return Request(command=command, args=args, proof=identity["proof"],
-                   claimed_arn=claimed[:2048] if isinstance(claimed, str) else None)
+                   claimed_arn=claimed[:2048] if isinstance(claimed, str) else None,
+                   nonce=check_nonce(identity.get("nonce")),
+                   claimed_audience=audience[:300] if isinstance(audience, str) else None)
+
+
+def check_audience(request: Request, audience: str) -> None:
+    """A proof the caller says is for another function is refused as such (the digest, with
+    this function's own ARN, would not match it anyway)."""
+    if request.claimed_audience is not None and request.claimed_audience != audience:
+        raise IdentityRefused(f"identity: the proof is for {request.claimed_audience}, not "
+                              f"this function ({audience})")
+
+
+def claim_proof(conn: db.Connection, request: Request, *, audience: str, caller: Caller,
+                now: datetime, signed_at: datetime) -> None:
+    """Remember an accepted proof until it expires, or refuse it if it was accepted before:
+    one statement, decided by the table's primary key (two uses at once: one wins). Expired
+    proofs are forgotten first, a bounded batch. Committed before the command runs, so a
+    proof is spent even if its command then fails: run the command again for a new one."""
+    from reminders.identity import remembered_until
+
+    with db.transaction(conn):
+        db.execute(conn, "identity_proofs_purge", {"now": now, "limit": PROOF_PURGE_BATCH})
+        row = db.fetch_one(conn, "identity_proof_claim", {
+            "digest": request.digest(audience), "caller_arn": caller.arn[:2048],
+            "command": request.command, "now": now,
+            "expires_at": remembered_until(signed_at)})
+    if row is None:
+        raise IdentityRefused("identity: this proof was used already (a proof is good for one "
+                              "command, once; run the command again for a new one)")
 
 
 def run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller,
@@ -264,20 +336,30 @@ def redacted(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def handle(event: Any, *, connection: Callable[[], db.Connection], now: Callable[[], datetime],
            queue_counts: Callable[[], dict[str, dict[str, int]]] | None, sts_endpoint: str,
-           account: str | None, request_id: str = "") -> dict[str, Any]:
-    """Validate, prove the caller, run, answer; every command is logged with who ran it.
-    Nothing but a response leaves: errors become a line and an exit status."""
-    from reminders.identity import IdentityRefused, verify
+           account: str | None, audience: str, serves: str,
+           request_id: str = "") -> dict[str, Any]:
+    """Validate (a command this function serves: ``serves``, read or write), prove the caller
+    (for this function, ``audience``: its ARN), remember the proof, run, answer; every command
+    is logged with who ran it. Nothing but a response leaves: errors become a line and an exit
+    status."""
+    from reminders.identity import check_proof, verify
     from reminders.observability import logger
 
     caller: Caller | None = None
     request: Request | None = None
     try:
         request = parse_request(event)
-        caller = verify(request.proof, request.digest, sts_endpoint=sts_endpoint)
+        check_served(request, serves)
+        check_audience(request, audience)
+        instant = now()
+        signed_at = check_proof(request.proof, sts_endpoint, now=instant)
+        caller = verify(request.proof, request.digest(audience), sts_endpoint=sts_endpoint,
+                        now=instant)
         if account and caller.account != account:
             raise IdentityRefused(f"identity: the caller belongs to account {caller.account}, "
                                   "not this function's")
+        claim_proof(connection(), request, audience=audience, caller=caller, now=instant,
+                    signed_at=signed_at)
     except Exception as exc:  # noqa: BLE001 (a refused request is an answer, not a crash)
         result = failure_for(exc, caller)
         logger.warning("operator command refused", extra={
@@ -309,9 +391,18 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
     """``handle`` with what a Lambda invocation and the runtime provide."""
     import os
 
+    from reminders.errors import ConfigError
+    from reminders.identity import audience_of
+
     arn = str(getattr(context, "invoked_function_arn", "") or "")
     parts = arn.split(":")
-    rt = rt.for_function("ops")
+    try:
+        serves = serves_from_env(os.environ)
+        audience = audience_of(arn)
+        sts_endpoint = sts_endpoint_from_env(os.environ)
+    except (ConfigError, IdentityRefused) as exc:
+        return failure_for(exc, None)
+    rt = rt.for_function(f"ops-{serves}")
     rt_queues = (rt.deliveries, rt.dlq, rt.parking)
 
     def queue_counts() -> dict[str, dict[str, int]]:
@@ -320,10 +411,11 @@ def handle_invocation(event: Any, context: Any, rt: Any) -> dict[str, Any]:
 
     try:
         return handle(event, connection=rt.connection, now=rt.clock.now,
-                      queue_counts=queue_counts, sts_endpoint=sts_endpoint_from_env(os.environ),
+                      queue_counts=queue_counts, sts_endpoint=sts_endpoint,
                       account=parts[4] if len(parts) > 4 and parts[4] else None,
+                      audience=audience, serves=serves,
                       request_id=str(getattr(context, "aws_request_id", "") or ""))
     finally:
         # An operator's command is rare: hold no connection between them (the proxy's
-        # connection budget counts this function with migrate's one).
+        # connection budget counts the operations functions with migrate's one).
         rt.close()

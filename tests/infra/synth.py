@@ -30,11 +30,13 @@ class Synthesized:
         }
 
     def function(self, name: str) -> tuple[str, dict[str, Any]]:
-        handler = f"functions.{name}.handler.handler"
+        """The function ``name`` (scanner, ..., ops-read, ops-write)."""
+        from reminders.local.roles import is_function
+
         for logical_id, resource in self.resources("AWS::Lambda::Function").items():
-            if resource["Properties"].get("Handler") == handler:
+            if is_function(resource, name):
                 return logical_id, resource
-        raise AssertionError(f"no function with handler {handler}")
+        raise AssertionError(f"no function {name}")
 
 
 def synthesize(context: dict[str, object] | None, outdir: Path) -> Synthesized:

@@ -284,16 +284,19 @@ def test_no_grant_of_an_action_nothing_calls(default: Synthesized) -> None:
     scanner_sqs = {a for a in _actions(_statements_of(default, "scanner")) if a.startswith("sqs:")}
     assert scanner_sqs == {"sqs:GetQueueAttributes"}
     parking_id = default.json["Outputs"]["ParkingQueueArn"]["Value"]["Fn::GetAtt"][0]
-    ops = _statements_of(default, "ops")
+    ops = _statements_of(default, "ops-read")
     on_parking = [
         s
         for s in _all_statements(default)
         if json.dumps(s["Resource"]).count(f'"{parking_id}"') and s not in ops
     ]
     assert _actions(on_parking) == {"sqs:SendMessage"}
-    # The operations function only reads the queues' depths (`status`).
+    # The read operations function only reads the queues' depths (`status`); the write one
+    # reads none.
     ops_on_parking = [s for s in ops if json.dumps(s["Resource"]).count(f'"{parking_id}"')]
     assert _actions(ops_on_parking) == {"sqs:GetQueueAttributes"}
+    assert not [s for s in _statements_of(default, "ops-write")
+                if json.dumps(s["Resource"]).count(f'"{parking_id}"')]
 
 
 def test_only_this_accounts_alarms_may_use_the_alarm_key(default: Synthesized) -> None:

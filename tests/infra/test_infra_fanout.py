@@ -50,8 +50,8 @@ def test_the_publisher_reads_no_database_and_sends_only_to_the_deliveries_queue(
 
 
 def test_only_the_scanner_may_invoke_the_publisher(default: Synthesized) -> None:
-    invokes = [(s, name) for name in ("scanner", "consumer", "redrive", "migrate", "ops",
-                                      "publisher")
+    invokes = [(s, name) for name in ("scanner", "consumer", "redrive", "migrate", "ops-read",
+                                      "ops-write", "publisher")
                for s in _statements_of(default, name) if "lambda:InvokeFunction" in
                (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
     assert [name for _, name in invokes] == ["scanner"]

@@ -13,7 +13,8 @@ from tests.infra.conftest import EXISTING_DB_CONTEXT
 from tests.infra.synth import Synthesized
 from tests.infra.test_infra_access import _actions, _as_list, _migration, _statements_of
 
-ALL_FUNCTIONS = ("scanner", "consumer", "redrive", "migrate", "ops")
+ALL_FUNCTIONS = ("scanner", "consumer", "redrive", "migrate", "ops-read", "ops-write")
+OPS = ("ops-read", "ops-write")
 
 
 def _variables(synth: Synthesized, name: str) -> dict[str, Any]:
@@ -32,46 +33,67 @@ def _endpoint_services(synth: Synthesized) -> set[str]:
 # --- the operations function ---------------------------------------------------------------
 
 
-def test_the_ops_function_is_bounded_in_the_isolated_subnets_and_waits_for_migrations(
-    default: Synthesized,
+@pytest.mark.parametrize("name", OPS)
+def test_each_ops_function_is_bounded_in_the_isolated_subnets_and_waits_for_migrations(
+    default: Synthesized, name: str
 ) -> None:
-    logical_id, ops = default.function("ops")
+    logical_id, ops = default.function(name)
     props = ops["Properties"]
-    assert props["FunctionName"] == "Reminders-ops"
+    assert props["FunctionName"] == f"Reminders-{name}"
+    assert props["Handler"] == "functions.ops.handler.handler"  # one code, deployed twice
+    assert props["Environment"]["Variables"]["REMINDERS_OPS_SERVES"] == name.split("-")[1]
     assert props["Timeout"] == 120
+    # Its own limit: a reader looping on `status` is throttled alone, never a writer.
     assert props["ReservedConcurrentExecutions"] == 1
     _, scanner = default.function("scanner")
     assert props["VpcConfig"] == scanner["Properties"]["VpcConfig"]
     migration_id, _ = _migration(default)
     assert migration_id in ops["DependsOn"]
-    # Its own log group, like the others.
+    # Its own log group and role, like the others.
     groups = {
-        name: default.function(name)[1]["Properties"]["LoggingConfig"]["LogGroup"]
-        for name in ALL_FUNCTIONS
+        n: default.function(n)[1]["Properties"]["LoggingConfig"]["LogGroup"]
+        for n in ALL_FUNCTIONS
     }
     assert len({json.dumps(g) for g in groups.values()}) == len(ALL_FUNCTIONS)
-    assert default.json["Outputs"]["OpsFunctionName"]["Value"] == {"Ref": logical_id}
+    roles = {json.dumps(default.function(n)[1]["Properties"]["Role"]) for n in ALL_FUNCTIONS}
+    assert len(roles) == len(ALL_FUNCTIONS)
+    output = "OpsReadFunctionName" if name == "ops-read" else "OpsWriteFunctionName"
+    assert default.json["Outputs"][output]["Value"] == {"Ref": logical_id}
+    assert "OpsFunctionName" not in default.json["Outputs"]
 
 
-def test_the_ops_function_logs_in_as_the_app_role_and_reads_only_queue_depths(
-    default: Synthesized,
+def test_the_ops_functions_are_invoked_by_identity_policies_only(default: Synthesized) -> None:
+    """No resource policy widens who may invoke an operations function: the README's
+    operator-read and operator-write policies decide."""
+    ids = {default.function(n)[0] for n in OPS}
+    permissions = [p["Properties"] for p in default.resources("AWS::Lambda::Permission").values()
+                   if any(i in json.dumps(p["Properties"]["FunctionName"]) for i in ids)]
+    assert permissions == []
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_the_ops_functions_log_in_as_the_app_role_and_only_reads_read_queue_depths(
+    default: Synthesized, name: str
 ) -> None:
     app = default.json["Outputs"]["AppDatabaseSecretArn"]["Value"]
     master = default.json["Outputs"]["DatabaseSecretArn"]["Value"]
-    variables = _variables(default, "ops")
+    variables = _variables(default, name)
     assert variables["REMINDERS_DB_SECRET_ARN"] == app
     assert variables["REMINDERS_STS_ENDPOINT"] == {
         "Fn::Join": ["", ["https://sts.", {"Ref": "AWS::Region"}, ".",
                           {"Ref": "AWS::URLSuffix"}]]
     }
-    statements = _statements_of(default, "ops")
+    statements = _statements_of(default, name)
     assert json.dumps(master) not in json.dumps(statements)
     sqs = [s for s in statements if any(a.startswith("sqs:") for a in _as_list(s["Action"]))]
-    assert _actions(sqs) == {"sqs:GetQueueAttributes"}
-    (grant,) = sqs
-    queue_arns = [default.json["Outputs"][f"{q}QueueArn"]["Value"]
-                  for q in ("Deliveries", "DeadLetter", "Parking")]
-    assert sorted(map(json.dumps, grant["Resource"])) == sorted(map(json.dumps, queue_arns))
+    if name == "ops-write":
+        assert sqs == []  # no write command reads a queue
+    else:
+        assert _actions(sqs) == {"sqs:GetQueueAttributes"}
+        (grant,) = sqs
+        queue_arns = [default.json["Outputs"][f"{q}QueueArn"]["Value"]
+                      for q in ("Deliveries", "DeadLetter", "Parking")]
+        assert sorted(map(json.dumps, grant["Resource"])) == sorted(map(json.dumps, queue_arns))
     assert _actions(statements) - {"sqs:GetQueueAttributes"} == {
         "secretsmanager:GetSecretValue", "logs:CreateLogStream", "logs:PutLogEvents",
         "ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
@@ -184,7 +206,7 @@ def test_an_existing_database_gets_no_instance_proxy_or_network(
     # The given secret serves the migrations only.
     given = str(EXISTING_DB_CONTEXT["existingDbSecretArn"])
     assert _variables(synth, "migrate")["REMINDERS_DB_SECRET_ARN"] == given
-    for name in ("scanner", "consumer", "redrive", "ops"):
+    for name in ("scanner", "consumer", "redrive", *OPS):
         assert given not in json.dumps(_statements_of(synth, name)), name
     reads = [s["Resource"] for s in _statements_of(synth, "migrate")
              if "secretsmanager:GetSecretValue" in _as_list(s["Action"])]

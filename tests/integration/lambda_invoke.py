@@ -27,7 +27,7 @@ class Context:
     function_name: str
     aws_request_id: str = "00000000-0000-0000-0000-000000000001"
     memory_limit_in_mb: int = 256
-    region: str = "eu-west-1"
+    region: str = "us-east-1"  # the local stack's (reminders.local.stack.REGION)
     account: str = ACCOUNT
 
     @property

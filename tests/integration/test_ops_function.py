@@ -12,19 +12,23 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from functions.ops.handler import handler
-from reminders import config, db, ops_client, runtime
+from functions.ops.handler import handler as ops_handler
+from reminders import config, db, ops, ops_client, runtime
 from reminders.clock import FixedClock
 from reminders.local import stack
 from reminders.local.sts_server import Principal, StsStandIn
 from tests.aws_principals import OPERATOR_ARN, grant_operator, operator
-from tests.conftest import T0, make_runtime
+from tests.conftest import make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_OPTIONAL, BLANK_REQUIRED, Cli
 from tests.integration.lambda_invoke import ACCOUNT, Context, LambdaStandIn
 
@@ -32,11 +36,47 @@ DUE = "2027-03-01T09:05:00Z"
 _stacks = itertools.count()
 
 
+_environ = threading.Lock()
+
+
+def handler(event: Any, context: Context) -> dict[str, Any]:
+    """The handler as the function named by ``context`` runs it: STACK-ops-read with
+    REMINDERS_OPS_SERVES=read, STACK-ops-write with write (one code, deployed twice)."""
+    serves = context.function_name.rsplit("-", 1)[-1]
+    with _environ:
+        before = os.environ.get(ops.SERVES_ENV)
+        os.environ[ops.SERVES_ENV] = serves
+        try:
+            return ops_handler(event, context)
+        finally:
+            if before is None:
+                del os.environ[ops.SERVES_ENV]
+            else:
+                os.environ[ops.SERVES_ENV] = before
+
+
+class SigningClock(FixedClock):
+    """The function's clock in these tests: the instant the proofs are signed at (botocore
+    signs with the system's clock, and the STS stand-in checks with it), moved only by the
+    test (``advance``), never by a fixed instant of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(datetime.now(UTC))
+        self.offset = timedelta()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, delta: timedelta) -> datetime:
+        self.offset += delta
+        return self.now()
+
+
 @pytest.fixture
 def ops_runtime(database_url: str, queue_urls: config.QueueUrls, moto_endpoint: str,
                 sts_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[runtime.Runtime]:
     monkeypatch.setenv("REMINDERS_STS_ENDPOINT", sts_endpoint)
-    rt = make_runtime(database_url, queue_urls, moto_endpoint, FixedClock(T0))
+    rt = make_runtime(database_url, queue_urls, moto_endpoint, SigningClock())
     runtime.install(rt)
     yield rt
     rt.close()
@@ -51,9 +91,10 @@ def sts(sts_endpoint: str, moto_endpoint: str) -> Any:
 
 def invoke(sts: Any, command: str, args: dict[str, Any] | None = None,
            context: Context | None = None) -> dict[str, Any]:
-    event = ops_client.request(command, args or {}, sts)
+    context = context or Context(f"Reminders-ops-{ops.kind_of(command)}")
+    event = ops_client.request(command, args or {}, sts, context.function_name)
     # Lambda hands the handler the invoke's JSON payload, decoded.
-    return handler(json.loads(json.dumps(event)), context or Context("Reminders-ops"))
+    return handler(json.loads(json.dumps(event)), context)
 
 
 def one(conn: db.Connection, query: str) -> Any:
@@ -251,20 +292,23 @@ def test_a_request_outside_the_allow_list_is_refused_before_anything_runs(
 
 def test_a_request_without_a_valid_proof_is_refused(ops_runtime: runtime.Runtime, sts: Any,
                                                     sts_endpoint: str) -> None:
-    event = ops_client.request("status", {}, sts)
+    event = ops_client.request("status", {}, sts, "Reminders-ops-read")
     without = {**event, "identity": {"claimed_arn": "arn:aws:iam::1:user/root"}}
-    answer = handler(without, Context("Reminders-ops"))
+    answer = handler(without, Context("Reminders-ops-read"))
     assert answer["code"] == 2 and "identity.proof is required" in answer["error"]
     # A proof aimed anywhere but the function's own STS endpoint is never fetched.
     elsewhere = event["identity"]["proof"].replace(sts_endpoint, "http://169.254.169.254")
-    answer = handler({**event, "identity": {"proof": elsewhere}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": elsewhere}},
+                     Context("Reminders-ops-read"))
     assert answer["error"] == f"identity: the proof is not a request to {sts_endpoint}"
     # Another STS action, or a proof that does not sign the command's digest.
     other = event["identity"]["proof"].replace("GetCallerIdentity", "AssumeRole")
-    answer = handler({**event, "identity": {"proof": other}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": other}},
+                     Context("Reminders-ops-read"))
     assert answer["error"] == "identity: the proof is not a GetCallerIdentity request"
     unbound = event["identity"]["proof"].replace("x-reminders-request", "x-other")
-    answer = handler({**event, "identity": {"proof": unbound}}, Context("Reminders-ops"))
+    answer = handler({**event, "identity": {**event["identity"], "proof": unbound}},
+                     Context("Reminders-ops-read"))
     assert answer["error"] == "identity: the proof does not sign x-reminders-request"
 
 
@@ -275,18 +319,18 @@ def test_a_proof_for_other_arguments_is_refused_by_sts(ops_runtime: runtime.Runt
     another command, changes the signed header's value."""
     schedule(cli)
     args = {"key": "inv-1", "reason": "customer left"}
-    event = ops_client.request("cancel", args, sts)
+    event = ops_client.request("cancel", args, sts, "Reminders-ops-write")
     for changed in ({**event, "args": {**args, "reason": "customer stayed"}},
                     {**event, "args": {**args, "key": "inv-2"}},
                     {**event, "args": {**args, "dry_run": False}},
                     {**event, "command": "tenants pause", "args": {"tenant": "acme"}}):
-        answer = handler(changed, Context("Reminders-ops"))
+        answer = handler(changed, Context("Reminders-ops-write"))
         assert answer["code"] == 2, answer
         assert answer["error"] == (
             "identity: STS refused the proof (HTTP 403 SignatureDoesNotMatch): it expired, "
             "was altered, or was signed for another command")
     assert one(conn, "select state from schedules")["state"] == "active"
-    answer = handler(event, Context("Reminders-ops"))  # the proof as signed: good
+    answer = handler(event, Context("Reminders-ops-write"))  # the proof as signed: good
     assert (answer["code"], answer["caller"]) == (0, OPERATOR_ARN), answer
     assert one(conn, "select state from schedules")["state"] == "cancelled"
 
@@ -308,15 +352,15 @@ def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: C
                                                       moto_endpoint: str) -> None:
     schedule(cli)
     event = ops_client.request("cancel", {"key": "inv-1"}, stack.aws_client(
-        "sts", own_sts.url, credentials=operator(moto_endpoint)))
+        "sts", own_sts.url, credentials=operator(moto_endpoint)), "Reminders-ops-write")
     own_sts.fault = 500
-    answer = handler(event, Context("Reminders-ops"))
+    answer = handler(event, Context("Reminders-ops-write"))
     assert answer == {"version": 1, "code": 5, "caller": None, "error": (
         "identity: STS could not check the proof (HTTP 500 ServiceUnavailable); nothing ran, "
         "try again")}
     own_sts.fault = None
     own_sts.stop()
-    answer = handler(event, Context("Reminders-ops"))
+    answer = handler(event, Context("Reminders-ops-write"))
     assert answer["code"] == 5, answer
     assert answer["error"].startswith(f"identity: STS could not be reached at {own_sts.url} (")
     assert answer["error"].endswith("); nothing ran, try again")
@@ -326,10 +370,221 @@ def test_sts_down_is_unreachable_not_a_refused_proof(own_sts: StsStandIn, cli: C
 
 def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
                                                   sts: Any) -> None:
-    answer = invoke(sts, "status", {}, Context("Reminders-ops", account="999999999999"))
+    there = Context("Reminders-ops-read", account="999999999999")
+    # A proof for the function of the caller's own account is not for this one.
+    answer = invoke(sts, "status", {}, there)
+    assert (answer["code"], answer["caller"]) == (2, None)
+    assert answer["error"] == (
+        f"identity: the proof is for arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:"
+        f"Reminders-ops-read, not this function ({there.invoked_function_arn})")
+    # One made for this function (by its ARN): STS names a caller of another account.
+    event = ops_client.request("status", {}, sts, there.invoked_function_arn)
+    answer = handler(event, there)
     assert answer["code"] == 2
     assert answer["error"] == (f"identity: the caller belongs to account {ACCOUNT}, not this "
                                "function's")
+
+
+# ---------------------------------------------------------------- reads and writes apart
+
+
+def test_each_operations_function_serves_its_own_kind_of_command_only(
+        ops_runtime: runtime.Runtime, sts: Any, cli: Cli, conn: db.Connection) -> None:
+    """STACK-ops-read and STACK-ops-write are one code with REMINDERS_OPS_SERVES: whoever may
+    invoke the read function (a reader's permission) cannot write through it, and a write
+    command is refused there before its proof is even checked."""
+    from reminders.ops import COMMANDS, READS, WRITES
+
+    assert set(COMMANDS) == READS | WRITES and not READS & WRITES
+    assert {"status", "show", "list", "tenants list"} == READS
+    schedule(cli)
+    reader = Context("Reminders-ops-read")
+    event = ops_client.request("cancel", {"key": "inv-1"}, sts, reader.function_name)
+    answer = handler(event, reader)
+    assert answer == {"version": 1, "code": 2, "caller": None, "error": (
+        "request: cancel is a write command; this operations function serves the read "
+        "commands only (status, show, list, tenants list): send it to the stack's ops-write "
+        "function")}
+    assert one(conn, "select state from schedules")["state"] == "active"
+    writer = Context("Reminders-ops-write")
+    event = ops_client.request("status", {}, sts, writer.function_name)
+    assert handler(event, writer)["error"] == (
+        "request: status is a read command; this operations function serves the write "
+        "commands only (reconcile, cancel, tenants pause, tenants resume): send it to the "
+        "stack's ops-read function")
+    assert conn.execute("select count(*) as n from identity_proofs").fetchone() == {"n": 0}
+    # Each where it belongs.
+    assert invoke(sts, "cancel", {"key": "inv-1"})["code"] == 0
+    assert invoke(sts, "status")["code"] == 0
+    assert one(conn, "select state from schedules")["state"] == "cancelled"
+
+
+def test_an_operations_function_without_its_kind_refuses_every_command(
+        ops_runtime: runtime.Runtime, sts: Any) -> None:
+    event = ops_client.request("status", {}, sts, "Reminders-ops-read")
+    assert os.environ.get(ops.SERVES_ENV) is None
+    answer = ops_handler(event, Context("Reminders-ops-read"))
+    assert answer == {"version": 1, "code": 2, "caller": None, "error": (
+        "REMINDERS_OPS_SERVES must be read or write (the commands this operations function "
+        "serves), got ''")}
+
+
+# ---------------------------------------------------------------- the proof is not a bearer token
+
+
+PAUSE = ("tenants pause", {"tenant": "acme", "create": True, "reason": "INC-3"})
+USED = ("identity: this proof was used already (a proof is good for one command, once; run "
+        "the command again for a new one)")
+
+
+def paused(conn: db.Connection) -> list[Any]:
+    return [r["paused"] for r in conn.execute("select paused from tenants").fetchall()]
+
+
+def test_a_captured_proof_is_refused_a_second_time(ops_runtime: runtime.Runtime, sts: Any,
+                                                   conn: db.Connection) -> None:
+    """Whoever captures a request (a log, a proxy, a shared terminal) cannot run it again as
+    its signer: the proof is remembered in Postgres until it expires."""
+    event = json.loads(json.dumps(ops_client.request(*PAUSE, sts, "Reminders-ops-write")))
+    assert handler(event, Context("Reminders-ops-write"))["code"] == 0
+    assert paused(conn) == [True]
+    conn.execute("update tenants set paused = false")
+    again = handler(json.loads(json.dumps(event)), Context("Reminders-ops-write"))
+    assert again == {"version": 1, "code": 2, "error": USED, "caller": OPERATOR_ARN}
+    assert paused(conn) == [False]
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 1}
+    (kept,) = conn.execute("select caller_arn, command, expires_at - accepted_at <= "
+                           "interval '120 seconds' as bounded from identity_proofs").fetchall()
+    assert kept == {"caller_arn": OPERATOR_ARN, "command": "tenants pause", "bounded": True}
+
+
+def test_a_proof_for_another_stacks_function_is_refused(ops_runtime: runtime.Runtime, sts: Any,
+                                                        conn: db.Connection) -> None:
+    """A proof made for another stack's operations function (same account, same caller) does
+    not run here, even with the request's audience rewritten to this function: the function
+    computes the signed digest with its own ARN."""
+    event = ops_client.request(*PAUSE, sts, "Other-ops-write")
+    here = Context("Reminders-ops-write")
+    answer = handler(event, here)
+    assert answer["error"] == (
+        f"identity: the proof is for arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:"
+        f"Other-ops-write, not this function ({here.invoked_function_arn})")
+    rewritten = {**event, "identity": {**event["identity"],
+                                       "audience": here.invoked_function_arn}}
+    answer = handler(rewritten, here)
+    assert answer["code"] == 2
+    assert answer["error"].startswith("identity: STS refused the proof (HTTP 403 "
+                                      "SignatureDoesNotMatch)")
+    # Nor without the claim, nor with another nonce: the nonce is signed too.
+    unclaimed = {**event, "identity": {k: v for k, v in event["identity"].items()
+                                       if k != "audience"}}
+    assert handler(unclaimed, here)["error"] == answer["error"]
+    renonced = {**event, "identity": {**event["identity"], "audience": here.invoked_function_arn,
+                                      "nonce": "0" * 32}}
+    assert handler(renonced, here)["error"] == answer["error"]
+    assert paused(conn) == []
+    assert handler(event, Context("Other-ops-write"))["code"] == 0  # where it was made for
+    assert paused(conn) == [True]
+
+
+def test_a_proof_signed_more_than_120_s_from_the_functions_clock_is_refused(
+        ops_runtime: runtime.Runtime, sts: Any, conn: db.Connection) -> None:
+    clock = ops_runtime.clock
+    assert isinstance(clock, SigningClock)
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops-write")
+    clock.advance(timedelta(seconds=122))
+    answer = handler(event, Context("Reminders-ops-write"))
+    assert answer["code"] == 2, answer
+    assert answer["error"].startswith("identity: the proof was signed 12")
+    assert answer["error"].endswith(" s ago; a proof is good for 120 s (run the command again, "
+                                    "and check the clock where it runs)")
+    clock.advance(timedelta(seconds=-244))  # a proof from the function's future
+    answer = handler(event, Context("Reminders-ops-write"))
+    assert "s ahead of the function's clock; a proof is good for 120 s" in answer["error"]
+    assert paused(conn) == []
+    clock.advance(timedelta(seconds=122 + 100))  # 100 s old: still good
+    assert handler(event, Context("Reminders-ops-write"))["code"] == 0
+    assert paused(conn) == [True]
+
+
+@pytest.mark.parametrize("seconds", [900, 121])
+def test_a_proof_good_for_more_than_120_s_is_refused(ops_runtime: runtime.Runtime, sts: Any,
+                                                     conn: db.Connection, seconds: int) -> None:
+    from reminders.identity import presign
+
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops-write")
+    digest = ops.parse_request(event).digest(event["identity"]["audience"])
+    longer = {**event, "identity": {**event["identity"],
+                                    "proof": presign(sts, digest, seconds=seconds)}}
+    answer = handler(longer, Context("Reminders-ops-write"))
+    assert answer == {"version": 1, "code": 2, "caller": None, "error": (
+        f"identity: the proof must expire within 120 s (X-Amz-Expires '{seconds}')")}
+    assert paused(conn) == []
+    good = {**event, "identity": {**event["identity"], "proof": presign(sts, digest,
+                                                                          seconds=120)}}
+    assert handler(good, Context("Reminders-ops-write"))["code"] == 0
+
+
+def test_two_uses_of_one_proof_at_once_run_it_once(ops_runtime: runtime.Runtime, sts: Any,
+                                                   sts_endpoint: str, database_url: str,
+                                                   conn: db.Connection) -> None:
+    """Both uses pass STS; both then claim the proof. The primary key decides: the test holds
+    the claim's row in an open transaction until both are waiting on it, then lets go, and
+    exactly one runs the command."""
+    event = ops_client.request(*PAUSE, sts, "Reminders-ops-write")
+    audience = Context("Reminders-ops-write").invoked_function_arn
+    digest = ops.parse_request(event).digest(audience)
+    answers: list[dict[str, Any]] = []
+
+    def use() -> None:
+        with db.connect(database_url) as own:
+            answers.append(ops.handle(json.loads(json.dumps(event)), connection=lambda: own,
+                                      now=ops_runtime.clock.now, queue_counts=None,
+                                      sts_endpoint=sts_endpoint, account=ACCOUNT,
+                                      audience=audience, serves="write"))
+
+    with db.connect(database_url) as blocker, blocker.transaction():
+        blocker.execute("insert into identity_proofs values (%s, 'test', 'test', now(), "
+                        "now())", (digest,))
+        threads = [threading.Thread(target=use) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                "select count(*) as n from pg_stat_activity where wait_event_type = 'Lock' "
+                "and query like '%%identity_proofs%%'").fetchone()
+            if waiting == {"n": 2}:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the two uses never both waited on the claim")
+        raise psycopg.Rollback()  # lets both go: one claims, the other finds it
+    for thread in threads:
+        thread.join(30)
+    assert sorted(a["code"] for a in answers) == [0, 2], answers
+    assert [a["error"] for a in answers if a["code"] == 2] == [USED]
+    assert paused(conn) == [True]
+    assert conn.execute("select count(*) as n from operator_actions").fetchone() == {"n": 1}
+
+
+def test_expired_proofs_are_forgotten_a_bounded_batch_at_a_time(
+        ops_runtime: runtime.Runtime, sts: Any, conn: db.Connection) -> None:
+    now = ops_runtime.clock.now()
+    conn.execute("insert into identity_proofs select md5(i::text) || md5(i::text), 'x', 'status',"
+                 " %s, %s from generate_series(1, %s) as i",
+                 (now - timedelta(seconds=300), now - timedelta(seconds=1),
+                  ops.PROOF_PURGE_BATCH + 30))
+    conn.execute("insert into identity_proofs values (repeat('a', 64), 'x', 'status', %s, %s)",
+                 (now, now + timedelta(seconds=60)))
+    assert invoke(sts, "tenants list")["code"] == 0
+    left = conn.execute("select count(*) filter (where expires_at <= %s) as expired, "
+                        "count(*) filter (where expires_at > %s) as live from identity_proofs",
+                        (now, now)).fetchone()
+    assert left == {"expired": 30, "live": 2}
+    assert invoke(sts, "tenants list")["code"] == 0
+    assert conn.execute("select count(*) as n from identity_proofs where expires_at <= %s",
+                        (now,)).fetchone() == {"n": 0}
 
 
 # ---------------------------------------------------------------- reminders --stack, end to end
@@ -337,7 +592,7 @@ def test_a_caller_from_another_account_is_refused(ops_runtime: runtime.Runtime,
 
 @pytest.fixture
 def lambda_endpoint(ops_runtime: runtime.Runtime) -> Iterator[tuple[str, LambdaStandIn]]:
-    stand_in = LambdaStandIn({"Reminders-ops-fn": handler})
+    stand_in = LambdaStandIn({"Reminders-ops-fn-read": handler, "Reminders-ops-fn-write": handler})
     url = stand_in.start()
     yield url, stand_in
     stand_in.stop()
@@ -349,7 +604,8 @@ def deployed(moto_endpoint: str) -> str:
     README's operator policy for it."""
     name = f"Reminders{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
-                "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
+                "Outputs": {"OpsReadFunctionName": {"Value": "Reminders-ops-fn-read"},
+                            "OpsWriteFunctionName": {"Value": "Reminders-ops-fn-write"}}}
     stack.aws_client("cloudformation", moto_endpoint).create_stack(
         StackName=name, TemplateBody=json.dumps(template))
     grant_operator(moto_endpoint, name, "Reminders-ops-fn")
@@ -370,7 +626,7 @@ def remote(cli: Cli, moto_endpoint: str, sts_endpoint: str,
 
 def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
         remote: Cli, cli: Cli, deployed: str, lambda_endpoint: tuple[str, LambdaStandIn],
-        conn: db.Connection) -> None:
+        conn: db.Connection, moto_endpoint: str) -> None:
     schedule(cli)
     for command in (["status"], ["list", "--state", "scheduled"], ["show", "inv-1"],
                     ["tenants", "list"]):
@@ -385,7 +641,8 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
             assert there.out == here.out
             assert there_json == here_json
     (call, *_) = lambda_endpoint[1].calls
-    assert call["function"] == "Reminders-ops-fn"
+    assert call["function"] == "Reminders-ops-fn-read"
+    assert {c["function"] for c in lambda_endpoint[1].calls} == {"Reminders-ops-fn-read"}
     assert call["headers"].get("X-Amz-Invocation-Type") == "RequestResponse"
     sent = json.loads(call["body"])
     assert sent["command"] == "status" and sent["identity"]["claimed_arn"] == OPERATOR_ARN
@@ -402,6 +659,18 @@ def test_stack_runs_the_command_in_the_function_and_prints_as_locally(
                     {"who": OPERATOR_ARN, "via": "ops", "action": "paused", "reason": "INC-9"}]
     sent = json.loads(lambda_endpoint[1].calls[-1]["body"])
     assert sent["args"] == {"tenant": "acme", "create": False, "reason": "INC-9"}
+    # The writes went to the write function, each proof for it alone.
+    writes = [c for c in lambda_endpoint[1].calls if json.loads(c["body"])["command"] in
+              ("cancel", "tenants pause")]
+    assert [c["function"] for c in writes] == ["Reminders-ops-fn-write"] * 2
+    assert {json.loads(c["body"])["identity"]["audience"] for c in writes} == {
+        f"arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:Reminders-ops-fn-write"}
+    # A captured request, sent again as it went over the wire: refused, exit status 2.
+    replayed = stack.aws_client("lambda", lambda_endpoint[0],
+                                credentials=operator(moto_endpoint)).invoke(
+        FunctionName="Reminders-ops-fn-write", Payload=writes[-1]["body"])
+    answer = json.loads(replayed["Payload"].read())
+    assert (answer["code"], answer["error"]) == (2, USED)
 
 
 def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli, deployed: str,
@@ -430,7 +699,7 @@ def test_ops_function_skips_the_stack_lookup(remote: Cli, cli: Cli) -> None:
     got = remote("--ops-function", "Reminders-ops-fn", "status", "--json")
     assert got.json()["by_state"]["scheduled"] == 1
     got = remote("--ops-function", "missing-fn", "status")
-    assert got.code == 5 and "Function not found: missing-fn" in got.err
+    assert got.code == 5 and "Function not found: missing-fn-read" in got.err
 
 
 def test_stack_exits_5_when_the_functions_sts_is_down(
@@ -446,7 +715,7 @@ def test_stack_exits_5_when_the_functions_sts_is_down(
         own_sts.fault = 500
         return handler(event, context)
 
-    functions["Reminders-ops-fn"] = failing
+    functions["Reminders-ops-fn-write"] = failing
     got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
     assert (got.code, got.out, got.err) == (5, "", (
         "reminders: error: identity: STS could not check the proof (HTTP 500 "
@@ -456,7 +725,7 @@ def test_stack_exits_5_when_the_functions_sts_is_down(
         own_sts.stop()
         return handler(event, context)
 
-    functions["Reminders-ops-fn"] = gone
+    functions["Reminders-ops-fn-write"] = gone
     own_sts.fault = None  # up while the command line signs
     got = here("--ops-function", "Reminders-ops-fn", "cancel", "inv-1")
     assert got.code == 5, got.err
@@ -519,7 +788,8 @@ def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deploye
     checks DescribeStacks against the stack's ARN, as AWS does), and nothing is invoked."""
     other = f"Other{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
-                "Outputs": {"OpsFunctionName": {"Value": "Reminders-ops-fn"}}}
+                "Outputs": {"OpsReadFunctionName": {"Value": "Reminders-ops-fn-read"},
+                            "OpsWriteFunctionName": {"Value": "Reminders-ops-fn-write"}}}
     stack.aws_client("cloudformation", moto_endpoint).create_stack(
         StackName=other, TemplateBody=json.dumps(template))
     seen = stack.decision_count(moto_endpoint)

@@ -223,18 +223,25 @@ def test_no_function_does_anything_that_pins_an_rds_proxy_connection(harness: Ha
         found["redrive"] = _pins_of(dead, lambda: redrive.process_batch(event, dead))
         caller = Caller(arn="arn:aws:iam::123456789012:user/ops", account="123456789012")
         now = h.clock.now()
-        reads = [ops.Request(command="status", args={}, proof="", claimed_arn=None),
+        reads = [ops.Request(command="status", args={}, proof="", claimed_arn=None,
+                             nonce="1" * 32),
                  ops.Request(command="show", args={"key": _a_key(h)}, proof="",
-                             claimed_arn=None),
+                             claimed_arn=None, nonce="2" * 32),
                  ops.Request(command="tenants pause",
                              args={"tenant": "acme", "reason": "pin check"}, proof="",
-                             claimed_arn=None),
+                             claimed_arn=None, nonce="3" * 32),
                  ops.Request(command="tenants resume",
                              args={"tenant": "acme", "reason": "pin check"}, proof="",
-                             claimed_arn=None)]
-        found["ops"] = _pins_of(operate, lambda: [
-            ops.run(r, operate.connection(), now=now, caller=caller, queue_counts=None)
-            for r in reads])
+                             claimed_arn=None, nonce="4" * 32)]
+        audience = "arn:aws:lambda:us-east-1:123456789012:function:Reminders-ops-write"
+
+        def claim_and_run(request: ops.Request) -> Any:
+            ops.claim_proof(operate.connection(), request, audience=audience, caller=caller,
+                            now=now, signed_at=now)
+            return ops.run(request, operate.connection(), now=now, caller=caller,
+                           queue_counts=None)
+
+        found["ops"] = _pins_of(operate, lambda: [claim_and_run(r) for r in reads])
     finally:
         for rt in (scan, consume, dead, operate):
             rt.close()

@@ -3,23 +3,88 @@ command's digest, and accepted only for this partition's STS hosts in the functi
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from reminders import aws, identity
-from reminders.errors import ConfigError
+from reminders.errors import ConfigError, InvalidInput
 from tests.unit.test_sts_server import USER, check, client, refused
+
+AUDIENCE = "arn:aws:lambda:eu-west-1:111122223333:function:Reminders-ops-write"
+NONCE = "0123456789abcdef0123456789abcdef"
+
+
+def digest(command: str, arguments: dict[str, Any], *, audience: str = AUDIENCE,
+           nonce: str = NONCE) -> str:
+    return identity.request_digest(command, arguments, audience=audience, nonce=nonce)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 def test_presign_signs_the_get_that_verify_sends_bound_to_the_digest() -> None:
-    digest = identity.request_digest("cancel", {"key": "inv-1"})
-    url = identity.presign(client(), digest)
-    assert check(url, header=digest) == USER
-    other = identity.request_digest("cancel", {"key": "inv-2"})
-    refused("SignatureDoesNotMatch", url, header=other)
+    signed = digest("cancel", {"key": "inv-1"})
+    url = identity.presign(client(), signed)
+    assert check(url, header=signed) == USER
+    for other in (digest("cancel", {"key": "inv-2"}),
+                  digest("cancel", {"key": "inv-1"}, audience=AUDIENCE.replace("write", "read")),
+                  digest("cancel", {"key": "inv-1"}, nonce="f" * 32)):
+        refused("SignatureDoesNotMatch", url, header=other)
     assert "X-Amz-Expires=60" in url
+
+
+def test_the_digest_covers_the_audience_and_the_nonce() -> None:
+    base = digest("status", {})
+    assert len({base, digest("status", {}, audience=AUDIENCE + "x"),
+                digest("status", {}, nonce=NONCE[::-1]), digest("status", {"tenant": None})}) == 4
+    assert identity.new_nonce() != identity.new_nonce()
+    assert identity.check_nonce(identity.new_nonce())
+    for bad in (None, "", "abc", "G" * 32, NONCE.upper(), "0" * 65):
+        with pytest.raises(identity.IdentityRefused, match=r"identity\.nonce must be 32 to 64"):
+            identity.check_nonce(bad)
+
+
+def test_the_audience_is_the_functions_unqualified_arn() -> None:
+    arn = "arn:aws:lambda:eu-west-1:111122223333:function:Reminders-ops-read"
+    assert identity.audience_of(arn) == arn
+    assert identity.audience_of(arn + ":live") == arn  # an alias or a version: the function
+    assert identity.audience_of(arn + ":$LATEST") == arn
+    assert identity.function_arn("Reminders-ops-read", partition="aws", region="eu-west-1",
+                                 account="111122223333") == arn
+    assert identity.function_arn(arn + ":7", partition="aws-cn", region="x",
+                                 account="1") == arn
+    with pytest.raises(identity.IdentityRefused, match="the function's own ARN cannot be read"):
+        identity.audience_of("")
+    with pytest.raises(InvalidInput, match="not a function name or ARN"):
+        identity.function_arn("a/b", partition="aws", region="eu-west-1", account="1")
+
+
+def test_a_proof_is_good_for_120_s_at_most_by_the_functions_clock() -> None:
+    url = identity.presign(client(), digest("status", {}))
+    signed_at = identity.check_proof(url, EU, now=now())
+    assert abs((now() - signed_at).total_seconds()) < 60
+    assert identity.remembered_until(signed_at) == signed_at + timedelta(seconds=120)
+    identity.check_proof(url, EU, now=signed_at + timedelta(seconds=120))
+    identity.check_proof(url, EU, now=signed_at - timedelta(seconds=120))
+    with pytest.raises(identity.IdentityRefused, match="signed 121 s ago"):
+        identity.check_proof(url, EU, now=signed_at + timedelta(seconds=121))
+    with pytest.raises(identity.IdentityRefused, match="signed 121 s ahead of the function's"):
+        identity.check_proof(url, EU, now=signed_at - timedelta(seconds=121))
+    for seconds in (121, 900):
+        longer = identity.presign(client(), digest("status", {}), seconds=seconds)
+        with pytest.raises(identity.IdentityRefused,
+                           match=re.escape(f"must expire within 120 s (X-Amz-Expires "
+                                           f"'{seconds}')")):
+            identity.check_proof(longer, EU, now=now())
+    undated = url.replace("X-Amz-Date=", "X-Amz-Dat=")
+    with pytest.raises(identity.IdentityRefused):
+        identity.check_proof(undated, EU, now=now())
 
 
 # ---------------------------------------------------------------- which STS hosts: the function
@@ -27,7 +92,7 @@ def test_presign_signs_the_get_that_verify_sends_bound_to_the_digest() -> None:
 
 def proof_to(origin: str) -> str:
     """A well-formed proof, sent to ``origin`` (scheme and host as a caller wrote them)."""
-    url = identity.presign(client(), identity.request_digest("status", {}))
+    url = identity.presign(client(), digest("status", {}))
     return origin + url[len("https://sts.eu-west-1.amazonaws.com"):]
 
 
@@ -46,7 +111,7 @@ EU = "https://sts.eu-west-1.amazonaws.com"
 ])
 def test_the_function_accepts_its_regions_regional_fips_and_dual_stack_hosts(
         endpoint: str, origin: str) -> None:
-    identity.check_proof(proof_to(origin), endpoint)
+    identity.check_proof(proof_to(origin), endpoint, now=now())
 
 
 @pytest.mark.parametrize(("endpoint", "origin"), [
@@ -74,7 +139,7 @@ def test_the_function_accepts_its_regions_regional_fips_and_dual_stack_hosts(
 ])
 def test_the_function_refuses_every_other_host(endpoint: str, origin: str) -> None:
     with pytest.raises(identity.IdentityRefused) as caught:
-        identity.check_proof(proof_to(origin), endpoint)
+        identity.check_proof(proof_to(origin), endpoint, now=now())
     assert str(caught.value).startswith(f"identity: the proof is not a request to {endpoint}")
 
 
@@ -104,10 +169,10 @@ def test_the_command_line_presigns_for_the_regions_own_sts_host(
     if mode:
         aws_env.setenv("AWS_STS_REGIONAL_ENDPOINTS", mode)
     aws_env.setenv("AWS_DEFAULT_REGION", "ap-south-1")  # the region given wins
-    url = identity.presign(aws.sts_client(region), identity.request_digest("status", {}))
+    url = identity.presign(aws.sts_client(region), digest("status", {}))
     assert urlsplit(url).netloc == f"sts.{region}.amazonaws.com"
     assert f"%2F{region}%2Fsts%2F" in url  # the credential scope
-    identity.check_proof(url, f"https://sts.{region}.amazonaws.com")
+    identity.check_proof(url, f"https://sts.{region}.amazonaws.com", now=now())
 
 
 @pytest.mark.parametrize(("setting", "host"), [
@@ -117,9 +182,9 @@ def test_the_command_line_presigns_for_the_regions_own_sts_host(
 def test_a_fips_or_dual_stack_proof_is_one_the_function_accepts(
         aws_env: pytest.MonkeyPatch, setting: str, host: str) -> None:
     aws_env.setenv(setting, "true")
-    url = identity.presign(aws.sts_client("us-east-1"), identity.request_digest("status", {}))
+    url = identity.presign(aws.sts_client("us-east-1"), digest("status", {}))
     assert urlsplit(url).netloc == host
-    identity.check_proof(url, "https://sts.us-east-1.amazonaws.com")
+    identity.check_proof(url, "https://sts.us-east-1.amazonaws.com", now=now())
 
 
 def test_the_command_lines_region_is_the_one_boto3_gives_its_other_clients(

@@ -1121,3 +1121,19 @@ where d.id = %(id)s and d.tenant = %(tenant)s;
 -- CROSS-TENANT: the newest operator actions, off their time index.
 select id, at, who, via, action, object, name, tenant, reason, detail from operator_actions
 order by at desc, id desc limit %(limit)s;
+
+-- name: identity_proof_claim
+-- CROSS-TENANT: an operator's identity proof, accepted once. Returns no row when the proof was
+-- accepted before (its digest is there): the primary key decides, so of two uses at once the
+-- second waits for the first and finds it.
+insert into identity_proofs (digest, caller_arn, command, accepted_at, expires_at)
+values (%(digest)s, %(caller_arn)s, %(command)s, %(now)s, %(expires_at)s)
+on conflict (digest) do nothing
+returning digest;
+
+-- name: identity_proofs_purge
+-- CROSS-TENANT: forget proofs that have expired (refused by their age anyway), a bounded
+-- batch off the expiry index.
+delete from identity_proofs
+where digest in (select digest from identity_proofs where expires_at <= %(now)s
+                 order by expires_at limit %(limit)s);

@@ -26,7 +26,7 @@ from typing import Any
 from reminders.aws_http import Credentials
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SERVICE_FUNCTIONS = ("scanner", "consumer", "redrive", "ops", "publisher")
+SERVICE_FUNCTIONS = ("scanner", "consumer", "redrive", "ops-read", "ops-write", "publisher")
 # The variant whose scanner publishes to the queue itself, as a runtime without a fan-out does.
 SELF_PUBLISHING = {"publisherFanOut": "false"}
 # Template logical ids (CDK's construct path and a hash) of the resources the local stack has.
@@ -139,13 +139,25 @@ def resolve(value: Any, place: Place) -> Any:
     return {k: resolve(v, place) for k, v in value.items()}
 
 
+def is_function(resource: Any, name: str) -> bool:
+    """Whether a template resource is the function ``name``: by its handler
+    (``functions.NAME.handler.handler``), and for ``ops-read`` and ``ops-write`` (one code,
+    deployed twice) the operations handler serving that kind of command."""
+    module, _, serves = name.partition("-") if name.startswith("ops-") else (name, "", "")
+    if resource.get("Type") != "AWS::Lambda::Function":
+        return False
+    props = resource.get("Properties", {})
+    if props.get("Handler") != f"functions.{module}.handler.handler":
+        return False
+    variables = (props.get("Environment") or {}).get("Variables") or {}
+    return not serves or variables.get("REMINDERS_OPS_SERVES") == serves
+
+
 def _function(template: Any, name: str) -> tuple[str, dict[str, Any]]:
-    handler = f"functions.{name}.handler.handler"
     for logical_id, resource in template["Resources"].items():
-        if resource["Type"] == "AWS::Lambda::Function" and \
-                resource["Properties"].get("Handler") == handler:
+        if is_function(resource, name):
             return logical_id, resource
-    raise TemplateError(f"the template has no function with handler {handler}")
+    raise TemplateError(f"the template has no function {name}")
 
 
 def _names_role(principal: Any, role_id: str) -> bool:
