@@ -13,11 +13,13 @@ shared between them in time, so its contention at 36 clients is not in the figur
 modelled, not run:
 
 - the channel: a port fake that records each send and its simulated instant; every send of a
-  batch waits ``SEND_SECONDS`` (the README's throughput arithmetic: webhooks answering in
-  200 ms, a batch's sends all at once), charged once to the batch;
-- the queue: the in-memory queue (moto's SQS reads every message at each receive, so at the
-  in-flight budget's depth its own time would be the figure), and the hand-over is the
-  scanner publishing it itself (deployed, asynchronous invokes of the publisher);
+  batch waits for its receiver's answer (``SEND_SECONDS``, the README's throughput arithmetic:
+  webhooks answering in 200 ms; 1 s in :func:`bench_drains`' slower runs), charged once to
+  the batch, whose sends go out all at once;
+- the queue: the in-memory queue (moto's SQS slows with its depth, 531 ms for a send near
+  3,000 waiting, so at the in-flight budget's depth its own time would be the figure), and
+  the hand-over is the scanner publishing itself (deployed, asynchronous invokes of the
+  publisher);
 - the scanner's time: ``scanner.time`` is the simulation's (``monotonic`` the scanner's
   simulated seconds, ``sleep`` a wait on the simulated clock), and the tick's Lambda context
   says how much of the scanner's timeout is left on that clock;
