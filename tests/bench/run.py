@@ -9,7 +9,8 @@ whose SQS slows with depth) and, in the burst, the channel (records each send an
 once). The scanner and consumer are the service's own ``scanner.tick`` and
 ``consumer.process_batch``.
 
-``BENCH_BURST`` sets the burst's size (default 100,000); ``BENCH_ONLY=a,b`` runs some figures.
+``BENCH_BURST`` sets the burst's size (default 100,000), ``BENCH_DRAIN`` the simulated drain's
+fan-out (tests/bench/drain.py, default 100,000); ``BENCH_ONLY=a,b`` runs some figures.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ from tests.bench.cold_start import bench_cold_start, bench_cold_start_runtime_py
 from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
 from tests.bench.counts import bench_counts_trigger, bench_trigger_search_path
+from tests.bench.drain import bench_drains
 from tests.bench.publishing import bench_publisher_fan_out
+from tests.bench.schedule_call import bench_schedule_call
 from tests.bench.support import (
     NOW,
     URL,
@@ -790,6 +793,7 @@ def rounded(value: Any) -> Any:
 def main() -> int:
     logger.setLevel(logging.WARNING)  # a line per tick and per batch would drown the figures
     burst = int(os.environ.get("BENCH_BURST", "100000"))
+    drain = int(os.environ.get("BENCH_DRAIN", "100000"))
     only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s}
     started = time.perf_counter()
     results: Figures = {}
@@ -828,7 +832,9 @@ def main() -> int:
             figure("consumer_database", lambda: bench_consumer_database(server))
             figure("fairness", lambda: bench_fairness(server))
             figure("burst", lambda: bench_burst(server, burst))
+            figure("drain", lambda: bench_drains(server, drain))
             figure("fan_out", lambda: bench_fan_out(server))
+            figure("schedule_call", lambda: bench_schedule_call(server))
             figure("publisher_fan_out", lambda: bench_publisher_fan_out(server))
             figure("lease", lambda: bench_lease(server))
             figure("recheck", lambda: bench_recheck(server))
