@@ -12,13 +12,11 @@ import copy
 import json
 import shutil
 import threading
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict
 
 from reminders import config
 from reminders.aws_http import Credentials
@@ -32,6 +30,7 @@ from reminders.local.twin.references import REF, LocalValues, queue_values, valu
 from tests.aws_principals import make_roles
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import delivery, schedule_webhook, take_messages
+from tests.twin_helpers import database_secret, scheduled_event, twin_pool
 
 PROBE = '''"""A handler of the twin's tests, in a copy of the code asset."""
 import importlib.util
@@ -109,14 +108,6 @@ def pool(spec: FunctionSpec, assets: FunctionAssets, tmp_path: Path,
     return FunctionPool(spec, assets, env, tmp_path / "logs", stack.REGION, ACCOUNT, **kwargs)
 
 
-def scheduled_event(at: str) -> dict[str, Any]:
-    """What the rate(1 minute) rule sends the scanner."""
-    return {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event",
-            "source": "aws.events", "account": ACCOUNT, "time": at, "region": stack.REGION,
-            "resources": [f"arn:aws:events:{stack.REGION}:{ACCOUNT}:rule/Reminders-tick"],
-            "detail": {}}
-
-
 # ---------------------------------------------------------------- the assets
 
 
@@ -149,32 +140,13 @@ def test_the_scanner_leases_and_publishes_from_its_built_assets(
         assets: FunctionAssets, template: Any, tmp_path: Path) -> None:
     h, urls = harness, queue_urls
     (key,) = schedule_webhook(h, "twin-scan-1", at=h.clock.now())
-    db = conninfo_to_dict(h.rt.settings.database_url)
-    secret_arn = stack.aws_client("secretsmanager", moto_endpoint).create_secret(
-        Name=f"twin-app-{uuid.uuid4().hex[:8]}", SecretString=json.dumps(
-            {"username": db.get("user") or "postgres", "password": db.get("password") or ""})
-    )["ARN"]
+    database_url = h.rt.settings.database_url
+    secret_arn = database_secret(moto_endpoint, database_url)
     role = make_roles(moto_endpoint, urls, ("scanner",), app_secret=secret_arn)["scanner"]
-    local = LocalValues(stack.REGION, ACCOUNT, values_by_name(template, {
-        "deliveries": queue_values(urls.deliveries, stack.REGION, ACCOUNT),
-        "dlq": queue_values(urls.dlq, stack.REGION, ACCOUNT),
-        "parking": queue_values(urls.parking, stack.REGION, ACCOUNT),
-        "proxy": {"Endpoint": str(db["host"])},
-        "app_secret": {REF: secret_arn}}))
-    spec = function_specs(template, local, only=("scanner",))["scanner"]
-    env = lambda_environment(spec, assets, region=stack.REGION, credentials=role.credentials,
-                             extra={
-                                 "AWS_ENDPOINT_URL": moto_endpoint,
-                                 # What differs on one machine: the pooler's port, the test's
-                                 # database, no TLS; the injected clock; a tick that does not
-                                 # wait for consumers (none run beside it here).
-                                 "REMINDERS_DB_PORT": str(db["port"]),
-                                 "REMINDERS_DB_NAME": str(db["dbname"]),
-                                 "REMINDERS_DB_SSLMODE": "disable",
-                                 "REMINDERS_NOW": iso(h.clock.now()),
-                                 "REMINDERS_REFILL_PATIENCE_SECONDS": "0"})
-    assert "DATABASE_URL" not in env  # the URL is built from the proxy host and the secret
-    with FunctionPool(spec, assets, env, tmp_path, stack.REGION, ACCOUNT) as scanners:
+    with twin_pool(template, "scanner", assets, endpoint=moto_endpoint, urls=urls,
+                   database_url=database_url, secret_arn=secret_arn,
+                   credentials=role.credentials, log_dir=tmp_path,
+                   now=iso(h.clock.now())) as scanners:
         first = scanners.invoke(scheduled_event(iso(h.clock.now())))
         first.raise_for_error()
         again = scanners.invoke(scheduled_event(iso(h.clock.now())))
