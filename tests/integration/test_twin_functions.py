@@ -231,6 +231,18 @@ def test_a_missing_handler_function_fails_naming_the_handler(
         result.raise_for_error()
 
 
+def test_a_module_in_no_asset_fails_naming_the_layers(
+        probe_assets: FunctionAssets, template: Any, tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    shutil.copytree(probe_assets.code, code)
+    (code / "needs.py").write_text("import yaml\n\ndef handler(event, context):\n    pass\n")
+    spec = replace(probe_spec(template), handler="needs.handler")
+    with pool(spec, replace(probe_assets, code=code), tmp_path) as needs:
+        result = needs.invoke({})
+    assert result.problem == (f"{spec.logical_id} Layers: Runtime.ImportModuleError: Unable to "
+                              "import module 'needs': No module named 'yaml'")
+
+
 def test_a_misspelt_setting_fails_the_cold_start_naming_environment(
         assets: FunctionAssets, template: Any, tmp_path: Path) -> None:
     logical_id, resource = function_resource(template, "scanner")

@@ -17,9 +17,9 @@ the function's ``Timeout`` and ``MemorySize`` enforced as Lambda enforces them.
   (``Runtime.OutOfMemory``, ``Runtime exited with error: signal: killed``). (RLIMIT_AS would
   count the address space threads reserve, not memory used.)
 - **Init**: a failure while loading the handler comes back naming the function's logical id and
-  the property to look at (``Handler`` for a handler that cannot be loaded, ``Environment``
-  for a setting refused at cold start) with the client's errorType and errorMessage. Init is
-  bounded by Lambda's 10 s.
+  the property to look at (``Handler`` for a handler that cannot be found, ``Environment``
+  for a setting refused at cold start, ``Layers`` for a module in no asset, ``Code`` for the
+  rest) with the client's errorType and errorMessage. Init is bounded by Lambda's 10 s.
 
 A :class:`FunctionPool` keeps up to a given number of warm instances of one function and
 hands each invocation to an idle one, starting one when none is idle and the limit allows.
@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -274,7 +275,7 @@ class FunctionInstance:
 
     def _init_failure(self, request_id: str, error: dict[str, Any], started: float,
                       peak: float) -> InvokeResult:
-        prop = init_property(error)
+        prop = init_property(error, self.spec.handler, self.assets.code)
         problem = (f"{self.spec.logical_id} {prop}: {error.get('errorType')}: "
                    f"{error.get('errorMessage')}")
         return InvokeResult(self.spec.name, request_id, json.dumps(error).encode(), error,
@@ -308,11 +309,20 @@ def resident_mib(pid: int) -> float:
         return 0.0
 
 
-def init_property(error: Mapping[str, Any]) -> str:
+def init_property(error: Mapping[str, Any], handler: str, code: Path) -> str:
     """Which property of the function an init failure points at: ``Handler`` when the
-    handler cannot be loaded, ``Environment`` for a setting refused at cold start, ``Code``
-    for anything else the code raised while loading."""
+    handler's own module or function cannot be found, ``Layers`` when a module it imports is
+    in neither the code asset nor a layer, ``Environment`` for a setting refused at cold
+    start, ``Code`` for anything else the code raised while loading."""
     kind = str(error.get("errorType", ""))
+    if kind == "Runtime.ImportModuleError":
+        missing = re.search(r"No module named '([^']+)'", str(error.get("errorMessage", "")))
+        module = handler.rsplit(".", 1)[0]
+        if missing and not (module + ".").startswith(missing.group(1) + "."):
+            top = missing.group(1).split(".")[0]
+            found_in_code = (code / top).is_dir() or (code / f"{top}.py").is_file()
+            return "Code" if found_in_code else "Layers"
+        return "Handler"
     if kind in HANDLER_FAULTS:
         return "Handler"
     if kind in SETTINGS_FAULTS:
