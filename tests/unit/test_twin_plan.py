@@ -3,6 +3,7 @@ and a wrong value in a copy of the template refused with its resource and proper
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,18 @@ def test_a_new_resource_type_is_unexplained() -> None:
     template = template_copy()
     template["Resources"]["NewThing"] = {"Type": "AWS::Pipes::Pipe", "Properties": {}}
     assert explain.uncovered(template) == ["AWS::Pipes::Pipe"]
+
+
+def test_local_up_explain_prints_the_table_and_starts_nothing(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from reminders import cli
+
+    monkeypatch.setenv("REMINDERS_HOME", str(tmp_path))
+    assert cli.main(["local", "up", "--explain", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    by_type = {line["type"]: line for line in answer["resources"]}
+    assert by_type["AWS::RDS::DBProxy"]["how"] == "stand-in"
+    assert by_type["AWS::EC2::VPC"] == {"type": "AWS::EC2::VPC", "count": 1, "how": "not run",
+                                        "what": explain.RUN_HERE["AWS::EC2::VPC"][1]}
+    assert not (tmp_path / "local.json").exists()
