@@ -26,7 +26,7 @@ def logical_id(template: Any, prefix: str) -> str:
     exact = [k for k in template["Resources"] if re.fullmatch(f"{prefix}[0-9A-F]{{8}}", k)]
     found = exact or [k for k in template["Resources"] if k.startswith(prefix)]
     assert len(found) == 1, (prefix, found)
-    return found[0]
+    return str(found[0])
 
 
 def props(template: Any, prefix: str) -> Any:

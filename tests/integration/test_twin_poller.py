@@ -42,7 +42,10 @@ def send(queue: Queue, n: int) -> None:
 def test_a_batch_gathers_up_to_batch_size_over_the_window(
         queue: Queue, consumer_spec: PollerSpec) -> None:
     """BatchSize 25 with a window: SQS gives ten a receive, the poller gathers all 23 (one
-    batch in flight at a time, so one poller gathers them all)."""
+    batch in flight at a time, so one poller gathers them all). The visibility timeout
+    outlasts the window, as Lambda requires of a mapping's queue: else the first messages
+    would come back before the batch is complete."""
+    queue.client.set_queue_attributes(QueueUrl=queue.url, Attributes={"VisibilityTimeout": "30"})
     send(queue, 23)
     seen: list[int] = []
     spec = replace(consumer_spec, batch_size=25, maximum_batching_window=1,

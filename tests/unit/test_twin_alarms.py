@@ -71,8 +71,8 @@ def evaluate(alarm: MetricAlarmSpec, values: list[float | None], *,
 
 
 @pytest.mark.parametrize(("values", "state"), [
-    ([1, 1, 1, 0, 0], ALARM), ([1, 0, 1, 0, 1], ALARM), ([1, 0, 0, 0, 1], OK), ([0, 0, 1, 1, 1], ALARM),
-    ([1, 1, 0, 0, 0], OK)])
+    ([1, 1, 1, 0, 0], ALARM), ([1, 0, 1, 0, 1], ALARM), ([1, 0, 0, 0, 1], OK),
+    ([0, 0, 1, 1, 1], ALARM), ([1, 1, 0, 0, 0], OK)])
 def test_m_of_n(values: list[float | None], state: str) -> None:
     assert evaluate(spec(evaluation_periods=5, datapoints_to_alarm=3), values) == state
 

@@ -236,8 +236,8 @@ def test_every_resource_type_of_the_template_is_explained(variant: str) -> None:
     lines = explain.explain(template)
     assert sum(line.count for line in lines) == len(template["Resources"])
     text = explain.as_text(lines)
-    assert "stand-in   4 × AWS::SQS::Queue" in text
-    assert "not run    1 × AWS::EC2::VPC" in text
+    assert "stand-in   4 x AWS::SQS::Queue" in text
+    assert "not run    1 x AWS::EC2::VPC" in text
 
 
 def test_a_new_resource_type_is_unexplained() -> None:

@@ -130,8 +130,8 @@ def oldest_messages() -> dict[str, int | None]:
     found: dict[str, int | None] = {}
     for backend in sqs_backends[ACCOUNT].values():
         for name, queue in backend.queues.items():
-            stamps = [m.sent_timestamp for m in list(queue._messages)
-                      if m.sent_timestamp is not None]
+            sent = (getattr(m, "sent_timestamp", None) for m in list(queue._messages))
+            stamps = [int(stamp) for stamp in sent if stamp is not None]
             found[name] = min(stamps) if stamps else None
     return found
 

@@ -283,10 +283,10 @@ def parse_rule(composite: CompositeAlarmSpec) -> tuple[Rule, set[str]]:
             return inner
         if kind in ("TRUE", "FALSE"):
             take(kind)
-            return lambda s, v=kind == "TRUE": v
+            return _constant(kind == "TRUE")
         if kind in (ALARM, OK, INSUFFICIENT):
             _, name = take(kind)
-            return lambda s, k=kind, n=name: s.get(n, INSUFFICIENT) == k
+            return _in_state(name, kind)
         raise PlanError(composite.logical_id, "AlarmRule",
                         f"expected a state function, NOT or ( at token {at + 1}, got {kind}")
 
@@ -308,6 +308,14 @@ def parse_rule(composite: CompositeAlarmSpec) -> tuple[Rule, set[str]]:
     if at != len(tokens):
         raise PlanError(composite.logical_id, "AlarmRule", f"has more after token {at}")
     return rule, names
+
+
+def _constant(value: bool) -> Rule:
+    return lambda states: value
+
+
+def _in_state(name: str, state: str) -> Rule:
+    return lambda states: states.get(name, INSUFFICIENT) == state
 
 
 def _alarm_name(reference: str) -> str:

@@ -17,6 +17,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
 from reminders.local.twin.alarms import MetricAlarmSpec
 from reminders.local.twin.metrics import FED
 

@@ -108,7 +108,7 @@ def uncovered(template: Mapping[str, Any]) -> list[str]:
 
 def as_text(lines: list[Line]) -> str:
     width = max((len(line.resource_type) for line in lines), default=0)
-    out = [f"{line.how:<8} {line.count:>3} × {line.resource_type:<{width}}  {line.what}"
+    out = [f"{line.how:<8} {line.count:>3} x {line.resource_type:<{width}}  {line.what}"
            for line in lines]
     out += [f"{how:<8}       {name:<{width}}  {what}" for name, how, what in ALSO]
     return "\n".join(out)
