@@ -36,6 +36,7 @@ LOCAL_RESOURCES = {
     "parking": re.compile(r"^QueuesParking[0-9A-F]{8}$"),
     "secrets_key": re.compile(r"^SecretsKey[0-9A-F]{8}$"),
     "app_secret": re.compile(r"^DatabaseAppSecretAttachment[0-9A-F]{8}$"),
+    "master_secret": re.compile(r"^DatabaseInstanceSecretAttachment[0-9A-F]{8}$"),
     "publisher": re.compile(r"^FunctionsPublisher[0-9A-F]{8}$"),
 }
 

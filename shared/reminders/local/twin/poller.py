@@ -50,13 +50,15 @@ class Poller:
     def __init__(self, spec: PollerSpec, queue: Queue, invoke: Invoke, *, region: str,
                  queue_arn: str | None = None, default_concurrency: int = DEFAULT_CONCURRENCY,
                  on_invocation: Callable[[Invocation], None] | None = None,
-                 idle_sleep: float = 0.05) -> None:
+                 idle_sleep: float = 0.05, max_concurrency: int | None = None) -> None:
         self.spec = spec
         self.queue = queue
         self.invoke = invoke
         self.region = region
         self.arn = queue_arn or queue.arn()
         self.concurrency = spec.maximum_concurrency or default_concurrency
+        if max_concurrency is not None:  # what one machine holds (the twin's instances)
+            self.concurrency = min(self.concurrency, max_concurrency)
         self.on_invocation = on_invocation
         self.idle_sleep = idle_sleep
         self.counts = Counts()
@@ -64,6 +66,9 @@ class Poller:
         self.peak_in_flight = 0
         self.batch_sizes: list[int] = []
         self._lock = threading.Lock()
+        # Set by the caller to end run() after the batches in flight (a function that cannot
+        # initialise would fail every batch until the bounds).
+        self.stopped = threading.Event()
 
     def receive_batch(self) -> list[dict[str, Any]]:
         """Up to BatchSize messages, receiving until the batch is full or the batching window
@@ -128,7 +133,8 @@ class Poller:
 
         def worker() -> None:
             nonlocal rounds
-            while not emptied.is_set() and time.monotonic() < deadline:
+            while not emptied.is_set() and not self.stopped.is_set() and \
+                    time.monotonic() < deadline:
                 with self._lock:
                     if rounds >= max_rounds:
                         return
