@@ -141,6 +141,12 @@ def resolve(value: Any, place: Place) -> Any:
 
 
 def _function(template: Any, name: str) -> tuple[str, dict[str, Any]]:
+    """Function ``name``'s resource: by its logical id (``Functions<Name><hash>``, so a copy
+    of the template with another Handler still has the function's role), else by handler."""
+    by_id = re.compile(rf"^Functions{name.capitalize()}[0-9A-F]{{8}}$")
+    for logical_id, resource in template["Resources"].items():
+        if by_id.match(logical_id) and resource["Type"] == "AWS::Lambda::Function":
+            return logical_id, resource
     handler = f"functions.{name}.handler.handler"
     for logical_id, resource in template["Resources"].items():
         if resource["Type"] == "AWS::Lambda::Function" and \
