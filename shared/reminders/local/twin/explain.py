@@ -24,14 +24,21 @@ RUN_HERE: Mapping[str, tuple[str, str]] = {
     "AWS::Lambda::EventSourceMapping": (STAND_IN, "a poller per mapping: BatchSize, batching "
                                                   "window, MaximumConcurrency, partial batch "
                                                   "responses (twin.poller)"),
-    "AWS::Lambda::Function": (STAND_IN, "the service's handlers on this machine, each with its "
-                                        "role's credentials; CDK's helper functions are not run"),
+    "AWS::Lambda::Function": (STAND_IN, "scanner, consumer, redrive and migrate from their "
+                                        "built assets, each instance a process of CPython 3.13 "
+                                        "(awslambdaric, a local Runtime API), Timeout and "
+                                        "MemorySize enforced, at most 2 instances a function, "
+                                        "as their roles (twin.run); the variant whose scanner "
+                                        "publishes itself (no publisher: no local Invoke "
+                                        "endpoint); CDK's helper functions are not run"),
     "AWS::Lambda::LayerVersion": (STAND_IN, "the layer's packages, installed for this machine"),
     "AWS::Lambda::EventInvokeConfig": (STAND_IN, "asynchronous invokes retried and aged as "
                                                  "configured"),
     "AWS::Events::Rule": (STAND_IN, "its rate or cron ticks, on the injected clock"),
-    "Custom::RemindersMigrations": (STAND_IN, "the migrations, applied to the embedded "
-                                              "Postgres"),
+    "Custom::RemindersMigrations": (STAND_IN, "the migrate function invoked with "
+                                              "CloudFormation's Create, then Update when its "
+                                              "properties change, the twin playing the "
+                                              "Provider framework (a local ResponseURL)"),
     "AWS::RDS::DBInstance": (STAND_IN, "embedded Postgres (from PyPI)"),
     "AWS::RDS::DBProxy": (STAND_IN, "PgBouncer in transaction mode, refusing session state as "
                                     "RDS Proxy does"),
