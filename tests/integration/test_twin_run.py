@@ -55,7 +55,7 @@ def template() -> Any:
 
 
 def logical_id(template: Any, pattern: str) -> str:
-    (found,) = [k for k in template["Resources"] if k.startswith(pattern)
+    (found,) = [str(k) for k in template["Resources"] if k.startswith(pattern)
                 and k[len(pattern):].isalnum() and len(k) == len(pattern) + 8]
     return found
 
@@ -92,7 +92,7 @@ def test_a_reminder_goes_through_the_templates_rule_mapping_and_functions(
     assert delivery(harness, key)["state"] == "sent"
     assert harness.receiver.stats()["effects"] == {key: 1}
     assert pools["scanner"] == 0 and pools["consumer"] == 0  # closed: every process stopped
-    names = {(k.namespace, k.name) for k in twin.metrics.keys()}
+    names = {(k.namespace, k.name) for k in twin.metrics.keys()}  # noqa: SIM118 (a store)
     assert ("AWS/Lambda", "Invocations") in names  # the hook the alarms read
     assert ("AWS/SQS", "ApproximateAgeOfOldestMessage") in names
     assert any(namespace == "Reminders" for namespace, _ in names)  # the functions' EMF lines
