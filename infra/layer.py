@@ -46,6 +46,10 @@ PYTHON_VERSION = "3.13"
 # Lambda also runs are named as well, after the preferred one.
 PLATFORM = "manylinux_2_28_aarch64"
 OLDER_PLATFORMS: tuple[str, ...] = ("manylinux_2_17_aarch64", "manylinux2014_aarch64")
+# The wheel tags the layer is built for, preferred first: Lambda's (the default everywhere
+# below), or this machine's (machine_platforms) for the local twin, which runs the same pinned
+# packages on the machine's own CPU.
+LAMBDA_PLATFORMS: tuple[str, ...] = (PLATFORM, *OLDER_PLATFORMS)
 # Used when psycopg is not installed where the layer is built (it is in the project's venv).
 PSYCOPG_FALLBACK = "psycopg[binary]>=3.3,<3.4"
 
@@ -86,9 +90,24 @@ CODE_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".pytest_c
 NOT_IN_LAMBDA = ("console",)
 
 
-def _stamp() -> str:
-    text = "\n".join((PLATFORM, *OLDER_PLATFORMS, PYTHON_VERSION, *LAYER_REQUIREMENTS,
-                      *RUNTIME_PROVIDED))
+def machine_platforms(machine: str | None = None) -> tuple[str, ...]:
+    """The manylinux tags of ``machine`` (``uname -m``; this one by default), in the order
+    LAMBDA_PLATFORMS names Lambda's: glibc 2.28, then the older tags."""
+    import platform
+
+    arch = machine or platform.machine()
+    if arch in ("aarch64", "arm64"):
+        return LAMBDA_PLATFORMS
+    if arch not in ("x86_64", "AMD64", "amd64"):
+        raise SystemExit(f"no manylinux wheels are built for this machine ({arch}); "
+                         "the layer can be built for aarch64 or x86_64 only")
+    return ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def _stamp(platforms: tuple[str, ...] = LAMBDA_PLATFORMS,
+           requirements: tuple[str, ...] = LAYER_REQUIREMENTS,
+           removed: tuple[str, ...] = RUNTIME_PROVIDED) -> str:
+    text = "\n".join((*platforms, PYTHON_VERSION, *requirements, *removed))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -120,14 +139,17 @@ def staleness(resolved: dict[str, str], pinned: dict[str, str],
     return reasons
 
 
-def layer_is_current(target: Path = LAYER_DIR, lock: Path = LOCK_FILE) -> bool:
+def layer_is_current(target: Path = LAYER_DIR, lock: Path = LOCK_FILE,
+                     platforms: tuple[str, ...] = LAMBDA_PLATFORMS) -> bool:
     stamp = target / STAMP_NAME
-    if not (stamp.is_file() and stamp.read_text().strip() == _stamp()):
+    if not (stamp.is_file() and stamp.read_text().strip() == _stamp(platforms)):
         return False
     return not staleness(resolved_versions(target / "python"), read_lock(lock))
 
 
-def pip_command(site_packages: Path) -> list[str]:
+def pip_command(site_packages: Path, platforms: tuple[str, ...] = LAMBDA_PLATFORMS,
+                requirements: tuple[str, ...] = LAYER_REQUIREMENTS,
+                constraints: tuple[Path, ...] = (LOCK_FILE,)) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -136,7 +158,7 @@ def pip_command(site_packages: Path) -> list[str]:
         "--quiet",
         "--disable-pip-version-check",
         "--no-compile",
-        *(arg for platform in (PLATFORM, *OLDER_PLATFORMS) for arg in ("--platform", platform)),
+        *(arg for platform in platforms for arg in ("--platform", platform)),
         "--only-binary=:all:",
         "--python-version",
         PYTHON_VERSION,
@@ -144,9 +166,8 @@ def pip_command(site_packages: Path) -> list[str]:
         "cp",
         "--target",
         str(site_packages),
-        "--constraint",
-        str(LOCK_FILE),
-        *LAYER_REQUIREMENTS,
+        *(arg for constraint in constraints for arg in ("--constraint", str(constraint))),
+        *requirements,
     ]
 
 
@@ -186,23 +207,25 @@ def build_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_layer(target: Path = LAYER_DIR, *, force: bool = False) -> Path:
-    """Install the layer's packages into ``target/python`` and return ``target``."""
-    if not force and layer_is_current(target):
+def build_layer(target: Path = LAYER_DIR, *, force: bool = False,
+                platforms: tuple[str, ...] = LAMBDA_PLATFORMS) -> Path:
+    """Install the layer's packages, as wheels for ``platforms`` (Lambda's by default), into
+    ``target/python`` and return ``target``."""
+    if not force and layer_is_current(target, platforms=platforms):
         ensure_bytecode(target)
         return target
     if target.exists():
         shutil.rmtree(target)
     site_packages = target / "python"
     site_packages.mkdir(parents=True)
-    subprocess.run(pip_command(site_packages), check=True)
+    subprocess.run(pip_command(site_packages, platforms), check=True)
     _remove_runtime_provided(site_packages)
     for cache in site_packages.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
     reasons = staleness(resolved_versions(site_packages), read_lock())
     if reasons:  # the lock must cover the layer too: `make lock` resolves it with the rest
         raise SystemExit("the layer is not the pinned set: " + "; ".join(reasons))
-    (target / STAMP_NAME).write_text(_stamp() + "\n")
+    (target / STAMP_NAME).write_text(_stamp(platforms) + "\n")
     ensure_bytecode(target)
     return target
 

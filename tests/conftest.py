@@ -179,8 +179,8 @@ def refusals_fail_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture
 def queue_urls(moto_endpoint: str) -> config.QueueUrls:
-    return stack.prepare_aws(moto_endpoint, prefix=f"t{next(_counter)}", visibility_timeout=1,
-                             max_receive_count=2)
+    return stack.prepare_aws(moto_endpoint, prefix=f"t{next(_counter)}",
+                             visibility_timeout_override=1, max_receive_count_override=2)
 
 
 @pytest.fixture

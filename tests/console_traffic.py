@@ -11,7 +11,7 @@ from typing import Any
 
 from reminders import db, endpoints, schedules
 from reminders.clock import FixedClock
-from reminders.local import demo
+from reminders.local import demo, pipeline
 from reminders.recurrence import Recurrence
 from reminders.runtime import Runtime
 
@@ -51,5 +51,5 @@ def build(rt: Runtime, conn: db.Connection, clock: FixedClock, receiver: Any) ->
                            to=hook("initech"), recipients=["ida", "ike"], at=now + minute,
                            now=now)
         schedules.set_tenant_paused(conn, tenant="initech", paused=True)
-    demo.drive(rt, conn, clock)
+    demo.drive(lambda: pipeline.run(rt, max_seconds=30), conn, clock)
     return clock.now()

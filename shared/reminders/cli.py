@@ -257,6 +257,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def cmd_local_up(args: argparse.Namespace) -> int:
     from reminders.local import stack
 
+    if args.explain:
+        return _explain(args)
     running, restarted = stack.start()
     if args.env:  # for a shell's eval: the receiver's URL and secret as variables
         from shlex import quote
@@ -270,6 +272,21 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
         k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver secret: {running.receiver_secret}"
         f"\n  webhook receiver: {running.receiver_url}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """How each resource type of the synthesized template runs on this machine."""
+    from reminders.local.roles import TemplateError, synthesized_template
+    from reminders.local.twin import explain
+
+    try:
+        template = synthesized_template({})
+    except TemplateError as exc:
+        print(f"reminders: cannot explain: {exc}", file=sys.stderr)
+        return 2
+    lines = explain.explain(template)
+    emit(args, {"resources": explain.as_json(lines)}, explain.as_text(lines))
     return 0
 
 
@@ -1194,6 +1211,9 @@ def build_parser() -> argparse.ArgumentParser:
                              description="E.g. `eval \"$(reminders local up --env)\"`.")
     p.add_argument("--env", action="store_true",
                    help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
+    p.add_argument("--explain", action="store_true",
+                   help="start nothing; print, per resource type of the synthesized template, "
+                        "how it runs here (real, stand-in or not run)")
     _json_flag(p)
     p.set_defaults(func=cmd_local_up)
     p = local_sub.add_parser("down", help="stop them",

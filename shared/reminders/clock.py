@@ -1,7 +1,9 @@
 """The one clock every component asks for "now".
 
 Production uses :class:`SystemClock`; tests and the demo use :class:`FixedClock`, which only
-moves when told to. ``REMINDERS_NOW`` (ISO-8601 with an offset) fixes the clock for a command.
+moves when told to. ``REMINDERS_NOW`` (ISO-8601 with an offset) fixes the clock for a command;
+``REMINDERS_CLOCK_FILE`` names a file holding the instant, read at every ``now()`` (the functions'
+processes on one machine, on the clock the demo and the drills advance).
 """
 
 from __future__ import annotations
@@ -62,8 +64,55 @@ def parse_instant(text: str, name: str) -> datetime:
     return require_aware(value, name).astimezone(UTC)
 
 
+class FileClock:
+    """The instant a file holds, read afresh at every ``now()``: how the functions' processes
+    on one machine share the one clock the demo and the drills advance
+    (``REMINDERS_CLOCK_FILE``; :class:`SharedClock` writes it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def now(self) -> datetime:
+        try:
+            with open(self.path) as given:
+                text = given.read()
+        except OSError as exc:
+            raise InvalidInput(f"REMINDERS_CLOCK_FILE: cannot read {self.path}: "
+                               f"{exc.strerror}") from None
+        return parse_instant(text, f"REMINDERS_CLOCK_FILE {self.path}")
+
+
+class SharedClock(FixedClock):
+    """A :class:`FixedClock` that writes every instant it is set to into ``path`` (replaced
+    whole, so a reader never sees half of one), for the processes a :class:`FileClock` reads
+    it in."""
+
+    def __init__(self, instant: datetime, path: str) -> None:
+        self.path = path
+        super().__init__(instant)
+        self._write()
+
+    def set(self, instant: datetime) -> None:
+        super().set(instant)
+        self._write()
+
+    def advance(self, delta: timedelta) -> datetime:
+        moved = super().advance(delta)
+        self._write()
+        return moved
+
+    def _write(self) -> None:
+        partial = f"{self.path}.partial"
+        with open(partial, "w") as out:
+            out.write(iso(self.now()))
+        os.replace(partial, self.path)
+
+
 def clock_from_env(environ: dict[str, str] | None = None) -> Clock:
     env = os.environ if environ is None else environ
+    shared = env.get("REMINDERS_CLOCK_FILE")
+    if shared:
+        return FileClock(shared)
     fixed = env.get("REMINDERS_NOW")
     if fixed:
         return FixedClock(parse_instant(fixed, "REMINDERS_NOW"))

@@ -47,6 +47,7 @@ KNOWN_VARIABLES: dict[str, str] = {
         "REMINDERS_WEBHOOK_READ_TIMEOUT", "REMINDERS_SEND_TIMEOUT", "REMINDERS_SECRETS_KEY_ID",
         "REMINDERS_PUBLISHER_FUNCTION", "REMINDERS_REFILL_PATIENCE_SECONDS"), _CONFIG),
     "REMINDERS_NOW": "shared/reminders/clock.py",
+    "REMINDERS_CLOCK_FILE": "shared/reminders/clock.py",
     "REMINDERS_ACTOR": "shared/reminders/operator.py",
     "REMINDERS_STS_ENDPOINT": "shared/reminders/ops.py",
     "REMINDERS_OPS_SERVES": "shared/reminders/ops.py",

@@ -73,6 +73,7 @@ from tests.bench.support import (
     sqs_event,
     timed,
 )
+from tests.bench.twin_cold_start import bench_cold_start_twin
 from tests.round_trips import count_round_trips
 
 Figures = dict[str, Any]
@@ -842,6 +843,7 @@ def main() -> int:
             figure("cold_start", bench_cold_start)
             figure("aws_calls", bench_aws_calls)
             figure("cold_start_lambda_python", bench_cold_start_runtime_python)
+            figure("cold_start_twin", lambda: bench_cold_start_twin(server))
             figure("cost", lambda: bench_cost(server))
             figure("console", lambda: bench_console(server))
             figure("counts_trigger", lambda: bench_counts_trigger(server))

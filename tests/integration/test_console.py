@@ -66,7 +66,7 @@ def console(pg_server: str, pg_cluster: PgCluster, moto_endpoint: str,
     db.drop_database(pg_server, name)
     url = pg_cluster.new_database(name)
     urls = stack.prepare_aws(moto_endpoint, prefix=f"console{os.getpid()}",
-                             visibility_timeout=1, max_receive_count=2)
+                             visibility_timeout_override=1, max_receive_count_override=2)
     receiver = WebhookReceiver(secret=_secret()).start()
     clock = FixedClock(console_traffic.T0)
     rt = make_runtime(url, urls, moto_endpoint, clock)

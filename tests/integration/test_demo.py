@@ -18,6 +18,9 @@ def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["all_as_expected"] is True
+    # The template's functions in processes of their own, its mappings and rule (the CDK is
+    # installed where the tests run, so the template is there)
+    assert report["functions"] == "twin"
     assert report["totals"] == {"scheduled": 1, "sent": 10, "failed": 1, "suppressed": 4,
                                 "stale": 1}
     assert report["receiver"] == {"effects": 8, "keys_with_duplicates": {}, "bad_signatures": 0}

@@ -195,7 +195,10 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
     admin = s["administrator"]
     stack.register_administrator(endpoint, Credentials(admin["access_key"], admin["secret_key"]))
     sqs = stack.aws_client("sqs", endpoint)
-    assert sorted(sqs.list_queues()["QueueUrls"]) == sorted(s["queues"].values())
+    # The template's queues: the three the stack records, and the schedule's invocation DLQ.
+    schedule_dlq = f"{endpoint}/123456789012/reminders-schedule-invocation-dead-letter"
+    assert sorted(sqs.list_queues()["QueueUrls"]) == sorted([*s["queues"].values(),
+                                                            schedule_dlq])
     redrive = json.loads(sqs.get_queue_attributes(
         QueueUrl=s["queues"]["deliveries"], AttributeNames=["RedrivePolicy"])[
         "Attributes"]["RedrivePolicy"])

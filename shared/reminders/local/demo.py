@@ -8,15 +8,19 @@ import os
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from reminders import db, endpoints, operator, runtime, schedules
-from reminders.clock import FixedClock, iso, parse_instant
+from reminders.clock import FixedClock, SharedClock, iso, parse_instant
 from reminders.local import pipeline, roles, stack
 from reminders.secret_box import SecretBox
+
+if TYPE_CHECKING:
+    from reminders.local.twin.run import Twin
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 HORIZON = timedelta(hours=2)  # the simulated window; later occurrences stay scheduled
@@ -94,13 +98,14 @@ def setup(conn: db.Connection, box: SecretBox, rcv: str, secret: str,
     return cases
 
 
-def drive(rt: runtime.Runtime, conn: db.Connection, clock: FixedClock, *,
+def drive(run: Callable[[], Any], conn: db.Connection, clock: FixedClock, *,
           horizon: timedelta = HORIZON) -> int:
-    """Ticks and their work on the simulated clock, jumping to the next due instant each
-    round, until nothing falls due within ``horizon``; returns the rounds run."""
+    """Ticks and their work (``run``: one of each) on the simulated clock, jumping to the next
+    due instant each round, until nothing falls due within ``horizon``; returns the rounds
+    run."""
     start, rounds = clock.now(), 0
     while rounds < MAX_ROUNDS:
-        pipeline.run(rt, max_seconds=30)
+        run()
         rounds += 1
         row = db.fetch_one(conn, "next_due") or {}
         following = row.get("at")
@@ -118,23 +123,33 @@ def main(*, json_output: bool = False) -> int:
         logger.setLevel("CRITICAL")
     was_running = stack.load() is not None
     local = stack.up()
+    try:
+        return _run(local, began, json_output=json_output)
+    finally:
+        if not was_running:
+            stack.down()
+
+
+def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
     env = local.env()
     for key, value in env.items():
         os.environ.setdefault(key, value)
     run_id = time.strftime("%Y%m%d%H%M%S")
     env["DATABASE_URL"] = local.new_database(f"demo_{run_id}")
-    urls = stack.prepare_aws(local.endpoint_url, prefix=f"demo-{run_id}")
+    fixed = os.environ.get("REMINDERS_NOW")
+    begin = parse_instant(fixed, "REMINDERS_NOW") if fixed else START
+    twin, why = _twin(local, env["DATABASE_URL"], run_id, begin)
+    clock: FixedClock
+    if twin is not None:  # the template's functions, queues, mappings and rule
+        urls, clock = twin.require_urls(), twin.clock
+    else:
+        sys.stderr.write(f"reminders: demo: the handlers run in this process, as moto's "
+                         f"administrator, not on the twin: {why}\n")
+        urls = stack.prepare_aws(local.endpoint_url, prefix=f"demo-{run_id}")
+        clock = FixedClock(begin)
     env.update({"REMINDERS_QUEUE_URL": urls.deliveries, "REMINDERS_DLQ_URL": urls.dlq,
                 "REMINDERS_PARKING_QUEUE_URL": urls.parking})
-    fixed = os.environ.get("REMINDERS_NOW")
-    clock = FixedClock(parse_instant(fixed, "REMINDERS_NOW") if fixed else START)
     rt = runtime.from_env(env, clock=clock)
-    # Each function runs as its role (the template's grants), the demo's own calls as moto's
-    # administrator; without the CDK installed, the functions run as the administrator too.
-    why = roles.as_their_roles(rt, local.endpoint_url, urls, local.secrets_key_id)
-    if why is not None:
-        sys.stderr.write(f"reminders: demo: the functions run as moto's administrator, not "
-                         f"as their roles: {why}\n")
     conn = rt.connection()
     with db.transaction(conn):
         assert rt.secret_box is not None
@@ -145,7 +160,12 @@ def main(*, json_output: bool = False) -> int:
     rt.deliveries.send_raw("{not json", {})
     before = _stats(local.receiver_url)
     start = clock.now()
-    rounds = drive(rt, conn, clock)
+    try:
+        rounds = drive((lambda: twin.run(max_seconds=30)) if twin is not None
+                       else (lambda: pipeline.run(rt, max_seconds=30)), conn, clock)
+    finally:
+        if twin is not None:
+            twin.close()
     after = _stats(local.receiver_url)
     parked = rt.parking.receive(10)
     minutes = round((clock.now() - start).total_seconds() / 60)
@@ -153,15 +173,33 @@ def main(*, json_output: bool = False) -> int:
     report["wall_seconds"] = round(time.monotonic() - began, 1)
     report["database"] = f"demo_{run_id}"
     report["rounds"] = rounds
+    report["functions"] = "twin" if twin is not None else "in-process"
     report["started_at"] = iso(start)
     rt.close()
-    if not was_running:
-        stack.down()
     if json_output:
         print(json.dumps(report, indent=2, default=str))
     else:
         print(_text(report))
     return 0 if report["all_as_expected"] else 1
+
+
+def _twin(local: stack.LocalStack, database_url: str, run_id: str,
+          begin: datetime) -> tuple[Twin | None, str]:
+    """The twin of the synthesized template on ``local``, started (its queues ``demo-<run>``,
+    its clock at ``begin``); or None and why, where no template can be had (the CDK is not
+    installed after `make demo`'s set-up)."""
+    try:
+        template = roles.synthesized_template(roles.SELF_PUBLISHING)
+    except roles.TemplateError as exc:
+        return None, str(exc)
+    from reminders.local.twin.run import Twin
+
+    root = stack.home() / "twin" / run_id
+    root.mkdir(parents=True, exist_ok=True)
+    twin = Twin(template, endpoint_url=local.endpoint_url, database_url=database_url,
+                prefix=f"demo-{run_id}", clock=SharedClock(begin, str(root / "clock")),
+                log_dir=root / "logs", secrets_key_arn=local.secrets_key_id)
+    return twin.start(), ""
 
 
 def _report(conn: db.Connection, cases: list[Case], before: dict[str, Any],
@@ -197,8 +235,12 @@ def _report(conn: db.Connection, cases: list[Case], before: dict[str, Any],
 
 
 def _text(report: dict[str, Any]) -> str:
+    functions = ("the template's functions from their built assets, each in processes of its "
+                 "own,\nits queues, event source mappings and schedule rule (the twin)."
+                 if report["functions"] == "twin" else
+                 "the real Lambda handlers, in this process (no template: not the twin).")
     lines = ["The whole pipeline on this machine: embedded Postgres, moto serving SQS, SES and SNS",
-             "over HTTP, a webhook receiver that checks signatures, and the real Lambda handlers.",
+             f"over HTTP, a webhook receiver that checks signatures, and {functions}",
              f"Simulated clock from {report['started_at']}: {report['rounds']} scanner ticks "
              f"over {report['simulated_minutes']} minutes, in {report['wall_seconds']}s of "
              "wall time.", ""]

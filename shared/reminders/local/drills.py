@@ -240,8 +240,8 @@ class Site:
                 migrate.apply(conn)
             self.database_url = self.server.pooled(direct)
             self.queues = stack.prepare_aws(self.endpoint, prefix=f"drill-{suffix}",
-                                            visibility_timeout=visibility_timeout,
-                                            max_receive_count=max_receive_count)
+                                            visibility_timeout_override=visibility_timeout,
+                                            max_receive_count_override=max_receive_count)
             self._queue_urls = [self.queues.deliveries, self.queues.dlq, self.queues.parking]
             self.secrets_key_id = stack.create_secrets_key(self.endpoint)
             self.receiver.start()

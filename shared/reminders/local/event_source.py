@@ -97,6 +97,12 @@ def failed_ids(answer: Any, message_ids: set[str]) -> set[str]:
     return failed
 
 
+def batch_failures(answer: Any, message_ids: set[str]) -> set[str]:
+    """As :func:`failed_ids`, with what Lambda counts as a complete success besides: a null
+    response (a handler that returns nothing) or one without ``batchItemFailures``."""
+    return set() if answer is None else failed_ids(answer, message_ids)
+
+
 class EventSource:
     """One queue feeding one handler, as Lambda's event source mapping would."""
 

@@ -54,6 +54,10 @@ ADMINISTRATOR_POLICY = {"Version": "2012-10-17", "Statement": [
 REFUSED_MOTO_API = "/moto-api"
 CALLS_PATH = "/_reminders/decisions"
 HEALTH_PATH = "/_reminders/health"  # what a probe asks (it reveals nothing)
+# Each queue's oldest message's SentTimestamp: the twin's CloudWatch stand-in computes
+# ApproximateAgeOfOldestMessage from it (SQS has no attribute for it, and receiving a message
+# to look would change its receive count). It reveals queue names and ages, no content.
+OLDEST_PATH = "/_reminders/sqs-oldest"
 # The operations AWS authorizes as another action (moto would look for a permission named
 # after the operation itself, which no policy grants).
 AUTHORIZED_AS = {"sqs:SendMessageBatch": "SendMessage", "sqs:DeleteMessageBatch": "DeleteMessage",
@@ -92,7 +96,8 @@ def presigned_as_signed(app: Callable[..., Iterable[bytes]]) -> Callable[..., It
 
 def refuse_open_doors(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
     """Answer 403 to moto's own API (REFUSED_MOTO_API); ``GET CALLS_PATH`` answers the
-    authorization decisions taken so far (:func:`record`), ``GET HEALTH_PATH`` that it is up."""
+    authorization decisions taken so far (:func:`record`), ``GET HEALTH_PATH`` that it is up,
+    ``GET OLDEST_PATH`` each queue's oldest message's SentTimestamp."""
 
     def route(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "").rstrip("/")
@@ -110,12 +115,30 @@ def refuse_open_doors(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iter
             taken = list(DECISIONS)
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps({"count": len(taken), "decisions": taken[start:]}).encode()]
+        if path == OLDEST_PATH and environ.get("REQUEST_METHOD") == "GET":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps(oldest_messages()).encode()]
         if "HTTP_X_AMZ_TARGET" not in environ and \
                 "json" not in environ.get("CONTENT_TYPE", ""):
             return app(environ, start_response)
         return _json_refusals(app, environ, start_response)
 
     return route
+
+
+def oldest_messages() -> dict[str, int | None]:
+    """Each queue of the account's oldest non-deleted message's SentTimestamp (milliseconds;
+    in flight and delayed ones included, as CloudWatch's ApproximateAgeOfOldestMessage counts
+    them), None for an empty queue; by queue name, every region."""
+    from moto.sqs.models import sqs_backends
+
+    found: dict[str, int | None] = {}
+    for backend in sqs_backends[ACCOUNT].values():
+        for name, queue in backend.queues.items():
+            sent = (getattr(m, "sent_timestamp", None) for m in list(queue._messages))
+            stamps = [int(stamp) for stamp in sent if stamp is not None]
+            found[name] = min(stamps) if stamps else None
+    return found
 
 
 def _json_refusals(app: Callable[..., Iterable[bytes]], environ: dict[str, Any],

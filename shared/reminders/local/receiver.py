@@ -15,6 +15,8 @@ Endpoints are scripted by their URL, so a test can register one that misbehaves:
                  &retry_after_date=1   ...as an HTTP-date (receiver clock + retry_after, default 60)
                  &retry_after_raw=...  ...exactly this text (an absurd value, a malformed one)
                  &delay=2.5            wait before answering (the effect is already recorded)
+                 &delays=30,0          ...these waits in order per endpoint name, the last one
+                                       repeating (a send that hangs once)
                  &drip_ms=50           write the answer, status line and headers included, one
                                        byte every 50 ms (a receiver that never quite times out)
                  &dedup=0              behave like a receiver that ignores the key
@@ -79,15 +81,16 @@ class _Script:
             codes = [int(c) for c in params.get("codes", "200").split(",") if c.strip()]
             self.retry_after = float(params["retry_after"]) if "retry_after" in params else None
             self.delay = float(params.get("delay", "0"))
+            self.delays = [float(d) for d in params.get("delays", "").split(",") if d.strip()]
             self.drip = float(params.get("drip_ms", "0")) / 1000
         except ValueError as exc:
             raise InvalidInput(f"bad endpoint script {query!r}: {exc}") from None
         if not codes or any(not 200 <= c <= 599 for c in codes):
             raise InvalidInput(f"codes must be HTTP statuses 200-599, got {params.get('codes')!r}")
-        if self.delay < 0 or self.drip < 0 or (
+        if self.delay < 0 or self.drip < 0 or any(d < 0 for d in self.delays) or (
             self.retry_after is not None and self.retry_after < 0
         ):
-            raise InvalidInput("delay, drip_ms and retry_after must not be negative")
+            raise InvalidInput("delay, delays, drip_ms and retry_after must not be negative")
         self.codes = codes
         self.retry_after_date = params.get("retry_after_date", "0") not in ("0", "", "false")
         self.retry_after_raw = params.get("retry_after_raw")
@@ -97,6 +100,11 @@ class _Script:
 
     def code_for(self, index: int) -> int:
         return self.codes[min(index, len(self.codes) - 1)]
+
+    def delay_for(self, index: int) -> float:
+        if not self.delays:
+            return self.delay
+        return self.delays[min(index, len(self.delays) - 1)]
 
 
 class _Server(ThreadingHTTPServer):
@@ -249,6 +257,7 @@ class WebhookReceiver:
         retry_after_date: bool = False,
         retry_after_raw: str | None = None,
         delay: float | None = None,
+        delays: Sequence[float] = (),
         drip_ms: float | None = None,
         dedup: bool = True,
     ) -> str:
@@ -264,6 +273,8 @@ class WebhookReceiver:
             params["retry_after_raw"] = retry_after_raw
         if delay is not None:
             params["delay"] = f"{delay:g}"
+        if delays:
+            params["delays"] = ",".join(f"{d:g}" for d in delays)
         if drip_ms is not None:
             params["drip_ms"] = f"{drip_ms:g}"
         if not dedup:
@@ -322,14 +333,16 @@ class WebhookReceiver:
             self._bad_signatures += 1
 
     def _record(self, endpoint: str, key: str, body: bytes, script: _Script,
-                signers: tuple[int, ...] = ()) -> int:
-        """Count a verified request and decide its answer; a 2xx answer is the effect."""
+                signers: tuple[int, ...] = ()) -> tuple[int, float]:
+        """Count a verified request and decide its answer and how long to wait before it; a
+        2xx answer is the effect."""
         try:
             payload: Any = json.loads(body)
         except ValueError:
             payload = body.decode("utf-8", "replace")
         with self._lock:
-            code = script.code_for(self._by_endpoint[endpoint])
+            index = self._by_endpoint[endpoint]
+            code, delay = script.code_for(index), script.delay_for(index)
             self._by_endpoint[endpoint] += 1
             self._requests[key] += 1
             self._payloads.setdefault(key, []).append(payload)
@@ -340,7 +353,7 @@ class WebhookReceiver:
                     self._duplicates += 1
                 else:
                     self._effects[key] += 1
-            return code
+            return code, delay
 
     def _retry_after_header(self, script: _Script) -> str | None:
         if script.retry_after_raw is not None:
@@ -456,9 +469,9 @@ def _make_handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
             except InvalidInput as exc:
                 self._answer(400, {"error": str(exc)})
                 return
-            code = receiver._record(endpoint, headers[HEADER_ID], body, script, signers)
-            if script.delay:
-                receiver._stopping.wait(script.delay)
+            code, delay = receiver._record(endpoint, headers[HEADER_ID], body, script, signers)
+            if delay:
+                receiver._stopping.wait(delay)
             extra: dict[str, str] = {}
             retry_after = receiver._retry_after_header(script)
             if code in _RETRY_AFTER_STATUSES and retry_after is not None:

@@ -36,6 +36,7 @@ LOCAL_RESOURCES = {
     "parking": re.compile(r"^QueuesParking[0-9A-F]{8}$"),
     "secrets_key": re.compile(r"^SecretsKey[0-9A-F]{8}$"),
     "app_secret": re.compile(r"^DatabaseAppSecretAttachment[0-9A-F]{8}$"),
+    "master_secret": re.compile(r"^DatabaseInstanceSecretAttachment[0-9A-F]{8}$"),
     "publisher": re.compile(r"^FunctionsPublisher[0-9A-F]{8}$"),
 }
 
@@ -154,6 +155,12 @@ def is_function(resource: Any, name: str) -> bool:
 
 
 def _function(template: Any, name: str) -> tuple[str, dict[str, Any]]:
+    """Function ``name``'s resource: by its logical id (``Functions<Name><hash>``, so a copy
+    of the template with another Handler still has the function's role), else by handler."""
+    by_id = re.compile(rf"^Functions{name.capitalize()}[0-9A-F]{{8}}$")
+    for logical_id, resource in template["Resources"].items():
+        if by_id.match(logical_id) and resource["Type"] == "AWS::Lambda::Function":
+            return logical_id, resource
     for logical_id, resource in template["Resources"].items():
         if is_function(resource, name):
             return logical_id, resource

@@ -392,11 +392,39 @@ def create_queues(sqs: Any, prefix: str, *, visibility_timeout: int,
     return QueueUrls(deliveries=main, dlq=dlq, parking=parking)
 
 
-def prepare_aws(endpoint_url: str, prefix: str = "reminders", *, visibility_timeout: int = 2,
-                max_receive_count: int = 5) -> QueueUrls:
-    urls = create_queues(aws_client("sqs", endpoint_url), prefix,
-                         visibility_timeout=visibility_timeout,
-                         max_receive_count=max_receive_count)
+# The template's maxReceiveCount (infra's default), for queues made by hand (no template).
+HAND_MADE_MAX_RECEIVE_COUNT = 5
+
+
+def prepare_aws(endpoint_url: str, prefix: str = "reminders", *,
+                visibility_timeout_override: int | None = 2,
+                max_receive_count_override: int | None = None) -> QueueUrls:
+    """The template's queues (every AWS::SQS::Queue, with its attributes and redrive policy;
+    reminders.local.twin.resources) and the SES sender identity, in the moto server at
+    ``endpoint_url``. The overrides replace the template's VisibilityTimeout (360 s: the local
+    stack uses 2 s and the tests 1 s, so a failed message comes back at once) and scale its
+    maxReceiveCount (the tests use 2, the dead-letter queue keeping twice that); None keeps the
+    template's. Where no template can be had (the CDK not installed, as after `make demo`'s
+    set-up), the three queues are made by hand (:func:`create_queues`) with the same values."""
+    from reminders.local.roles import SELF_PUBLISHING, TemplateError, synthesized_template
+
+    sqs = aws_client("sqs", endpoint_url)
+    try:
+        template = synthesized_template(SELF_PUBLISHING)
+    except TemplateError:
+        urls = create_queues(sqs, prefix, visibility_timeout=visibility_timeout_override or 30,
+                             max_receive_count=max_receive_count_override
+                             or HAND_MADE_MAX_RECEIVE_COUNT)
+    else:
+        from reminders.local.twin import resources
+
+        made = resources.create_queues(
+            resources.read_plan(template), sqs, prefix,
+            visibility_timeout_override=visibility_timeout_override,
+            max_receive_count_override=max_receive_count_override)
+        urls = QueueUrls(deliveries=resources.local_name(made, "deliveries").url,
+                         dlq=resources.local_name(made, "dlq").url,
+                         parking=resources.local_name(made, "parking").url)
     aws_client("ses", endpoint_url).verify_domain_identity(Domain=SENDER_IDENTITY)
     return urls
 
@@ -564,8 +592,8 @@ def start(*, visibility_timeout: int = 2,
         if moto_why or not secrets_key:
             secrets_key = create_secrets_key(endpoint)
         if moto_why:
-            urls = prepare_aws(endpoint, visibility_timeout=visibility_timeout,
-                               max_receive_count=max_receive_count)
+            urls = prepare_aws(endpoint, visibility_timeout_override=visibility_timeout,
+                               max_receive_count_override=max_receive_count)
             queues = {"deliveries": urls.deliveries, "dlq": urls.dlq, "parking": urls.parking}
     except Exception:
         for proc, _ in spawned:

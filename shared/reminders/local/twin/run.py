@@ -1,0 +1,465 @@
+"""The twin: the synthesized template run on the local stack.
+
+Given the local stack's parts (the pooled Postgres, moto, the webhook receiver) and a template,
+:meth:`Twin.start` creates what the template declares, mapped onto them:
+
+- its queues (every ``AWS::SQS::Queue`` with its attributes and redrive policy, in moto; the
+  caller's overrides of VisibilityTimeout and maxReceiveCount named and explicit);
+- the database's two secrets in moto's Secrets Manager, as the deployed stack has them: the
+  master login (the local server's owner) the migrations function reads, and the application
+  login the migrations create and the other functions read;
+- each service function's IAM role with the template's grants (reminders.local.roles), and a
+  :class:`FunctionPool` of it from the built assets, its ``Environment`` resolved to the local
+  resources (queue URLs, the secrets' ARNs, the pooler's host for the proxy's endpoint);
+- the migrations custom resource, invoked with CloudFormation's Create event (Update, with the
+  old properties, when they changed since the last run on the same database), the twin playing
+  the Provider framework: it invokes the ``onEvent`` function and PUTs the response to the
+  event's ``ResponseURL``, a local endpoint that keeps it;
+- a :class:`Poller` per ``AWS::Lambda::EventSourceMapping``, invoking its function's pool;
+- the ``rate(1 minute)`` rule: :meth:`Twin.tick` is one firing, an asynchronous invoke of the
+  scanner with the rule's target retry policy and the scanner's EventInvokeConfig.
+
+One clock: the functions' processes read the instant the caller's :class:`SharedClock` writes
+(``REMINDERS_CLOCK_FILE``). The twin runs the variant of the template whose scanner publishes
+to the queue itself (``roles.SELF_PUBLISHING``): no publisher function, no Lambda Invoke
+endpoint here (``reminders local up --explain`` says so).
+
+Metrics, for the alarms: :attr:`Twin.metrics` is fed with the functions' EMF lines (their
+stdout), each invocation's Lambda metrics and the queues' figures at each tick, all stamped on
+the injected clock.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from reminders.clock import SharedClock, iso
+from reminders.config import QueueUrls
+from reminders.errors import RemindersError
+from reminders.local import roles, stack
+from reminders.local.moto_server import ACCOUNT
+from reminders.local.twin import metrics as twin_metrics
+from reminders.local.twin import resources
+from reminders.local.twin.assets import FunctionAssets, build_assets
+from reminders.local.twin.functions import FunctionSpec, function_specs
+from reminders.local.twin.instances import FunctionFailed, FunctionPool, lambda_environment
+from reminders.local.twin.poller import Poller
+from reminders.local.twin.references import REF, LocalValues, queue_values, values_by_name
+from reminders.queue import Queue
+
+# The functions the twin runs: the rule's, the mappings' and the custom resource's.
+TWIN_FUNCTIONS = ("scanner", "consumer", "redrive", "migrate")
+# Instances of one function at most, and so batches of one mapping in flight at most: the
+# template allows 36 consumers, which one shared machine cannot hold as processes.
+LOCAL_CONCURRENCY = 2
+WORK_PASSES = 50  # consumer-then-redrive passes of one work() call at most
+RESPONSE_WAIT_SECONDS = 10.0
+
+
+class TwinError(RemindersError):
+    """The twin could not run what the template declares; the message names the resource and
+    the property where the template is at fault."""
+
+
+def database_secret(endpoint: str, name: str, username: str, password: str) -> str:
+    """A secret in the moto server at ``endpoint`` holding a database login, as RDS's secrets
+    hold it; its ARN."""
+    arn: str = stack.aws_client("secretsmanager", endpoint).create_secret(
+        Name=name, SecretString=json.dumps({"username": username, "password": password}))["ARN"]
+    return arn
+
+
+def scheduled_event(at: datetime, rule_arn: str) -> dict[str, Any]:
+    """What a schedule rule sends its target."""
+    return {"version": "0", "id": str(uuid.uuid4()), "detail-type": "Scheduled Event",
+            "source": "aws.events", "account": ACCOUNT, "time": iso(at).replace(".000", ""),
+            "region": stack.REGION, "resources": [rule_arn], "detail": {}}
+
+
+class ResponseCatcher:
+    """The ``ResponseURL`` of the custom resource's events: keeps the body of each PUT."""
+
+    def __init__(self) -> None:
+        self.responses: dict[str, dict[str, Any]] = {}
+        self._arrived = threading.Condition()
+        catcher = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with catcher._arrived:
+                    catcher.responses[self.path.lstrip("/")] = json.loads(body or b"{}")
+                    catcher._arrived.notify_all()
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, key: str) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/{key}"
+
+    def wait(self, key: str, seconds: float) -> dict[str, Any] | None:
+        with self._arrived:
+            self._arrived.wait_for(lambda: key in self.responses, seconds)
+            return self.responses.get(key)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@dataclass
+class Twin:
+    """The template's functions, queues, mappings, rule and custom resource on the local
+    stack. ``database_url``: the pooled URL of the database the functions use (its user is the
+    master login); ``prefix`` names the queues; ``clock`` is the one clock, its file read by
+    every function's process."""
+
+    template: Any
+    endpoint_url: str
+    database_url: str
+    prefix: str
+    clock: SharedClock
+    log_dir: Path
+    secrets_key_arn: str = ""
+    visibility_timeout_override: int | None = 2
+    max_receive_count_override: int | None = None
+    # What differs on one machine from the template's settings, besides the endpoint, the
+    # pooler's port and the database's name: the webhook receiver listens on 127.0.0.1, which
+    # the deployed consumer refuses.
+    extra_env: Mapping[str, str] = field(
+        default_factory=lambda: {"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
+    assets: FunctionAssets | None = None
+    concurrency: int = LOCAL_CONCURRENCY
+    state_file: Path | None = None  # where the custom resource's last properties are kept
+    metrics: twin_metrics.MetricStore = field(default_factory=twin_metrics.MetricStore)
+    plan: resources.TwinPlan | None = None
+    urls: QueueUrls | None = None
+    queues: dict[str, resources.LocalQueue] = field(default_factory=dict)
+    specs: dict[str, FunctionSpec] = field(default_factory=dict)
+    pools: dict[str, FunctionPool] = field(default_factory=dict)
+    pollers: dict[str, Poller] = field(default_factory=dict)
+    migrations_response: dict[str, Any] | None = None
+    _log_offsets: dict[Path, int] = field(default_factory=dict)
+    _log_lock: threading.Lock = field(default_factory=threading.Lock)
+    _catcher: ResponseCatcher | None = None
+    init_problems: list[str] = field(default_factory=list)  # "<logical id> <property>: ..."
+
+    # ------------------------------------------------------------------ start and stop
+
+    def start(self) -> Twin:
+        """Create everything and run the custom resource's event; raise a TemplateError naming
+        the resource and property the template got wrong, or TwinError."""
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        plan = self.plan = resources.read_plan(self.template)
+        sqs = stack.aws_client("sqs", self.endpoint_url)
+        self.queues = resources.create_queues(
+            plan, sqs, self.prefix, visibility_timeout_override=self.visibility_timeout_override,
+            max_receive_count_override=self.max_receive_count_override)
+        self.urls = QueueUrls(*(resources.local_name(self.queues, name).url
+                                for name in ("deliveries", "dlq", "parking")))
+        login = conninfo_to_dict(self.database_url)
+        tag = uuid.uuid4().hex[:8]
+        master_arn = database_secret(self.endpoint_url, f"{self.prefix}-master-{tag}",
+                                     str(login.get("user") or "postgres"),
+                                     str(login.get("password") or ""))
+        self.app_login = (f"twin_app_{tag}", secrets.token_urlsafe(24))
+        app_arn = database_secret(self.endpoint_url, f"{self.prefix}-app-{tag}",
+                                  *self.app_login)
+        local = self._local_values(master_arn, app_arn)
+        self.specs = function_specs(self.template, local, only=TWIN_FUNCTIONS)
+        place = roles.Place(region=stack.REGION, account=ACCOUNT, arns={
+            **{name: resources.local_name(self.queues, name).arn
+               for name in ("deliveries", "dlq", "parking")},
+            "secrets_key": self.secrets_key_arn, "app_secret": app_arn,
+            "master_secret": master_arn})
+        admin_arn = stack.aws_client("sts", self.endpoint_url).get_caller_identity()["Arn"]
+        made = roles.create_roles(
+            stack.aws_client("iam", self.endpoint_url), stack.aws_client("sts", self.endpoint_url),
+            self.template, place, admin_arn, functions=TWIN_FUNCTIONS, prefix=self.prefix)
+        assets = self.assets = self.assets or build_assets()
+        settings = self._local_settings()
+        for name, spec in self.specs.items():
+            env = lambda_environment(spec, assets, region=stack.REGION,
+                                     credentials=made[name].credentials, extra=settings)
+            self.pools[name] = FunctionPool(spec, assets, env, self.log_dir, stack.REGION,
+                                            ACCOUNT, max_instances=self.concurrency)
+        by_logical_id = {spec.logical_id: name for name, spec in self.specs.items()}
+        for mapping in plan.pollers:
+            found = by_logical_id.get(mapping.function)
+            queue = self.queues.get(mapping.queue)
+            if found is None or queue is None:
+                raise TwinError(f"{mapping.logical_id}: FunctionName or EventSourceArn names "
+                                f"{mapping.function} / {mapping.queue}, which the twin does "
+                                "not run")
+            name = found
+            self.pollers[name] = Poller(
+                mapping, Queue(stack.service_client("sqs", self.endpoint_url,
+                                                    credentials=made[name].credentials),
+                               queue.url),
+                self._invoker(name), region=stack.REGION, queue_arn=queue.arn,
+                max_concurrency=self.concurrency)
+        for name in ("consumer", "redrive"):
+            if name not in self.pollers:
+                raise TwinError(f"the template has no AWS::Lambda::EventSourceMapping for the "
+                                f"{name} function ({self.specs[name].logical_id})")
+        rule = plan.schedule()
+        if not rule.targets or rule.targets[0].function != self.specs["scanner"].logical_id:
+            raise TwinError(f"{rule.logical_id}: Targets does not name the scanner "
+                            f"({self.specs['scanner'].logical_id})")
+        self.run_migrations()
+
+    def _local_values(self, master_arn: str, app_arn: str) -> LocalValues:
+        host = str(conninfo_to_dict(self.database_url).get("host") or "127.0.0.1")
+        return LocalValues(stack.REGION, ACCOUNT, values_by_name(self.template, {
+            **{name: queue_values(resources.local_name(self.queues, name).url, stack.REGION,
+                                  ACCOUNT) for name in ("deliveries", "dlq", "parking")},
+            "proxy": {"Endpoint": host},
+            "app_secret": {REF: app_arn},
+            "master_secret": {REF: master_arn}}))
+
+    def _local_settings(self) -> dict[str, str]:
+        login = conninfo_to_dict(self.database_url)
+        return {"AWS_ENDPOINT_URL": self.endpoint_url, "REMINDERS_DB_PORT": str(login["port"]),
+                "REMINDERS_DB_NAME": str(login["dbname"]), "REMINDERS_DB_SSLMODE": "disable",
+                "REMINDERS_REFILL_PATIENCE_SECONDS": "0",
+                "REMINDERS_CLOCK_FILE": self.clock.path, **self.extra_env}
+
+    def require_urls(self) -> QueueUrls:
+        if self.urls is None:
+            raise TwinError("the twin is not started")
+        return self.urls
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        if self._catcher is not None:
+            self._catcher.close()
+            self._catcher = None
+
+    def __enter__(self) -> Twin:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ invocations
+
+    def _invoker(self, name: str) -> Callable[[dict[str, Any]], Any]:
+        def invoke(event: dict[str, Any]) -> Any:
+            result = self.invoke(name, event)
+            result.raise_for_error()
+            return result.json()
+
+        return invoke
+
+    def invoke(self, name: str, event: Any) -> Any:
+        """One synchronous invocation of function ``name``; its Lambda metrics and EMF lines
+        go to :attr:`metrics`, stamped with the clock's instant at the call."""
+        at = self.clock.now()
+        result = self.pools[name].invoke(event)
+        twin_metrics.record_invocation(
+            self.metrics, self.specs[name].deployed_name(), at,
+            duration_ms=result.duration_seconds * 1000, error=not result.ok)
+        self._feed_logs(at)
+        if result.problem:  # an init failure: the template's property is at fault
+            self.init_problems.append(result.problem)
+            for poller in self.pollers.values():
+                poller.stopped.set()
+            raise FunctionFailed(result)
+        return result
+
+    def _feed_logs(self, at: datetime) -> None:
+        """The EMF records the functions printed since the last look."""
+        with self._log_lock:
+            for path in sorted(self.log_dir.glob("*.log")):
+                offset = self._log_offsets.get(path, 0)
+                with path.open("rb") as log:
+                    log.seek(offset)
+                    chunk = log.read()
+                complete = chunk[:chunk.rfind(b"\n") + 1]
+                self._log_offsets[path] = offset + len(complete)
+                for line in complete.decode(errors="replace").splitlines():
+                    try:
+                        twin_metrics.feed_emf(self.metrics, line, at)
+                    except twin_metrics.EmfError:
+                        continue  # a malformed record is the emitter's test's concern
+
+    def tick(self) -> dict[str, Any]:
+        """One firing of the schedule rule at the clock's instant: the scanner invoked as the
+        rule's target invokes it (asynchronously: up to 1 + the smaller of the target's and the
+        invoke config's MaximumRetryAttempts tries, each within the maximum event ages), and
+        the queues' figures sampled for this minute. Returns the scanner's answer, or
+        ``{"error": ...}`` once the event is dropped."""
+        assert self.plan is not None
+        at = self.clock.now()
+        self.sample_queues(at)
+        rule = self.plan.schedule()
+        target = rule.targets[0]
+        scanner = self.specs["scanner"]
+        config = self.plan.invoke_configs.get(scanner.logical_id)
+        retries = min(target.maximum_retry_attempts,
+                      config.maximum_retry_attempts if config else 2)
+        max_age = min(target.maximum_event_age, config.maximum_event_age if config else 21_600)
+        event = scheduled_event(at, f"arn:aws:events:{stack.REGION}:{ACCOUNT}:rule/"
+                                    f"{rule.logical_id}")
+        sent = time.monotonic()
+        error: dict[str, Any] | None = None
+        for _ in range(1 + retries):
+            if time.monotonic() - sent > max_age:
+                break
+            result = self.invoke("scanner", event)
+            if result.ok:
+                answer: dict[str, Any] = result.json()
+                return answer
+            error = result.error
+        twin_metrics.record_async_dropped(self.metrics, scanner.deployed_name(), at)
+        return {"error": error}
+
+    def sample_queues(self, at: datetime) -> None:
+        sqs = stack.aws_client("sqs", self.endpoint_url)
+        queues = {q.name: q.url for q in self.queues.values()}
+        oldest = twin_metrics.oldest_sent(self.endpoint_url)
+        twin_metrics.sample_queues(self.metrics, sqs, queues, at, oldest=oldest,
+                                   now_ms=int(time.time() * 1000))
+
+    def work(self, *, max_seconds: float = 60.0, max_rounds: int = 10_000) -> dict[str, Any]:
+        """The consumer's and the redrive function's mappings polled until both queues are
+        empty (bounded by ``max_seconds`` and ``max_rounds`` batches a mapping); the summary
+        ``reminders.local.pipeline.work`` gives."""
+        consumer, redrive = self.pollers["consumer"], self.pollers["redrive"]
+        deadline = time.monotonic() + max_seconds
+        idle = False
+        for _ in range(WORK_PASSES):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            consumer.run(max_rounds=max_rounds, max_seconds=left)
+            redrive.run(max_rounds=max_rounds, max_seconds=max(0.0, deadline - time.monotonic()))
+            if consumer.queue.depth() == 0 and redrive.queue.depth() == 0:
+                idle = True
+                break
+        if self.init_problems:  # a function that cannot start fails every batch: say why
+            raise TwinError(self.init_problems[0])
+        return {"idle": idle, "consumer": consumer.counts.as_json(),
+                "redrive": redrive.counts.as_json(),
+                "failed_records": consumer.counts.failures + redrive.counts.failures,
+                "invocation_errors": consumer.counts.errors + redrive.counts.errors}
+
+    def run(self, *, max_seconds: float = 60.0) -> dict[str, Any]:
+        """One tick and the work it makes (``reminders.local.pipeline.run`` on the twin)."""
+        return {"tick": self.tick(), "work": self.work(max_seconds=max_seconds)}
+
+    # ------------------------------------------------------------------ the custom resource
+
+    def run_migrations(self) -> dict[str, Any] | None:
+        """The migrations custom resource's event, as CloudFormation sends it: Create the first
+        time on this database, Update (with OldResourceProperties) when its properties changed
+        since, nothing when they did not. Raises TwinError when the function answers FAILED."""
+        assert self.plan is not None
+        spec = self.plan.migrations
+        if spec is None:
+            return None
+        properties = self._custom_properties(spec)
+        state = self._custom_state()
+        key = f"{conninfo_to_dict(self.database_url)['dbname']}"
+        old = state.get(key)
+        if old is not None and old["properties"] == properties:
+            return None
+        request_id = str(uuid.uuid4())
+        catcher = self._catcher = self._catcher or ResponseCatcher()
+        event: dict[str, Any] = {
+            "RequestType": "Create" if old is None else "Update",
+            "ServiceToken": properties["ServiceToken"],
+            "ResponseURL": catcher.url(request_id),
+            "StackId": f"arn:aws:cloudformation:{stack.REGION}:{ACCOUNT}:stack/Reminders/"
+                       f"{uuid.uuid5(uuid.NAMESPACE_URL, self.prefix)}",
+            "RequestId": request_id,
+            "LogicalResourceId": spec.logical_id,
+            "ResourceType": spec.resource_type,
+            "ResourceProperties": properties,
+        }
+        if old is not None:
+            event["PhysicalResourceId"] = old["physical_id"]
+            event["OldResourceProperties"] = old["properties"]
+        self.framework(event)
+        response = catcher.wait(request_id, RESPONSE_WAIT_SECONDS)
+        if response is None or response.get("Status") != "SUCCESS":
+            reason = (response or {}).get("Reason", "no response arrived")
+            raise TwinError(f"{spec.logical_id}: {event['RequestType']} failed: {reason}")
+        self.migrations_response = response
+        state[key] = {"properties": properties, "physical_id": response["PhysicalResourceId"]}
+        if self.state_file is not None:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            self.state_file.write_text(json.dumps(state, indent=2))
+        return response
+
+    def framework(self, event: dict[str, Any]) -> None:
+        """What the Provider framework's function does with an event: invoke ``onEvent`` with
+        it, then PUT the CloudFormation response to its ResponseURL."""
+        result = self.invoke("migrate", event)
+        answer = result.json() if result.ok else {}
+        body = {"Status": "SUCCESS" if result.ok else "FAILED",
+                "Reason": "" if result.ok else
+                f"{(result.error or {}).get('errorType')}: "
+                f"{(result.error or {}).get('errorMessage')}",
+                "PhysicalResourceId": answer.get("PhysicalResourceId")
+                or event.get("PhysicalResourceId") or event["RequestId"],
+                "StackId": event["StackId"], "RequestId": event["RequestId"],
+                "LogicalResourceId": event["LogicalResourceId"],
+                "Data": answer.get("Data", {})}
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(event["ResponseURL"], data=data, method="PUT",
+                                         headers={"Content-Type": ""})
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    def _custom_properties(self, spec: resources.CustomResourceSpec) -> dict[str, Any]:
+        """ResourceProperties as CloudFormation sends them: every value a string, references
+        resolved, the ServiceToken the framework function's ARN; the app login's secret is
+        this twin's."""
+        from reminders.local.twin.references import resolve
+
+        local = LocalValues(stack.REGION, ACCOUNT, values_by_name(self.template, {
+            "app_secret": {REF: self._app_secret_arn()}}))
+        given = {k: v for k, v in spec.properties.items() if k != "ServiceToken"}
+        resolved = {k: str(resolve(v, local, f"{spec.logical_id} {k}"))
+                    for k, v in given.items()}
+        token = (f"arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:"
+                 f"Reminders-{spec.service_token}")
+        return {"ServiceToken": token, **resolved}
+
+    def _app_secret_arn(self) -> str:
+        return self.specs["consumer"].environment["REMINDERS_DB_SECRET_ARN"]
+
+    def _custom_state(self) -> dict[str, Any]:
+        if self.state_file is None or not self.state_file.exists():
+            return {}
+        found: dict[str, Any] = json.loads(self.state_file.read_text())
+        return found
