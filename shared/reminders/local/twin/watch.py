@@ -1,0 +1,102 @@
+"""The alarms of the in-process local pipeline (``reminders tick``/``work``, the demo, the
+drills, the tests): what CloudWatch would have received from it, fed into a
+:class:`~reminders.local.twin.metrics.MetricStore`, and an
+:class:`~reminders.local.twin.board.AlarmBoard` evaluating the template's alarms from it.
+
+- the service's own metrics: the handlers' ``rt.metrics`` is a
+  :class:`~reminders.local.twin.metrics.StoreMetrics` on the injected clock;
+- AWS/Lambda: :meth:`AlarmWatch.invoked` for each invocation the local event source and the
+  scanner tick make (:func:`reminders.local.pipeline.tick`, ``work``);
+- AWS/SQS: :meth:`AlarmWatch.minute` samples every queue of the template once per simulated
+  minute, then the board evaluates up to that minute.
+
+A queue message's age is measured on the simulated clock. moto stamps ``SentTimestamp`` on
+the wall clock, which runs seconds while the simulated one runs minutes; each sample keeps the
+pair (wall instant, simulated instant), and a message is taken to have been sent at the
+simulated instant of the first sample taken after it (every message of a simulated minute was
+sent before that minute's sample). So a message sent during the 09:00 round and still there
+at 09:12 is 720 s old, as SQS would report it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reminders.clock import Clock
+from reminders.local.twin import metrics
+from reminders.local.twin.alarms import LocalNames, Transition
+from reminders.local.twin.board import AlarmBoard, board_for, local_names, queue_prefix
+from reminders.local.twin.metrics import MetricStore, StoreMetrics
+
+# A sample's wall instant against moto's stamps (milliseconds), for the rounding between them.
+STAMP_SLACK_MS = 5
+
+
+@dataclass
+class SimulatedAges:
+    """Maps moto's wall-clock SentTimestamps to simulated instants (see the module text)."""
+
+    walls: list[int] = field(default_factory=list)    # each sample's wall clock, ms
+    simulated: list[int] = field(default_factory=list)  # its simulated instant, ms
+
+    def mark(self, at: datetime, wall_ms: int | None = None) -> None:
+        self.walls.append(int(time.time() * 1000) if wall_ms is None else wall_ms)
+        self.simulated.append(int(at.timestamp() * 1000))
+
+    def sent_at(self, wall_ms: int) -> int:
+        """The simulated instant (ms) of a message moto stamped ``wall_ms``."""
+        i = bisect.bisect_left(self.walls, wall_ms - STAMP_SLACK_MS)
+        return self.simulated[min(i, len(self.simulated) - 1)]
+
+
+class AlarmWatch:
+    """The template's alarms over the local pipeline: feed with :meth:`invoked` and
+    :attr:`metrics`, then call :meth:`minute` once per simulated minute."""
+
+    def __init__(self, template: Mapping[str, Any], clock: Clock, *, endpoint_url: str,
+                 sqs: Any, queues: Mapping[str, str], names: LocalNames,
+                 store: MetricStore | None = None) -> None:
+        self.store = store or MetricStore()
+        self.clock = clock
+        self.board: AlarmBoard = board_for(template, self.store, names)
+        self.metrics = StoreMetrics(self.store, clock)
+        self.endpoint_url = endpoint_url
+        self.sqs = sqs
+        self.queues = dict(queues)  # queue name -> URL
+        self.ages = SimulatedAges()
+
+    @classmethod
+    def for_local_queues(cls, template: Mapping[str, Any], clock: Clock, *, endpoint_url: str,
+                         sqs: Any, deliveries_url: str,
+                         store: MetricStore | None = None) -> AlarmWatch:
+        """A watch over the queues ``stack.prepare_aws`` made from ``template`` beside
+        ``deliveries_url`` (the same prefix)."""
+        names = local_names(template, queue_prefix(deliveries_url))
+        base = deliveries_url.rstrip("/").rsplit("/", 1)[0]
+        queues = {name: f"{base}/{name}" for name in names.queues.values()}
+        return cls(template, clock, endpoint_url=endpoint_url, sqs=sqs, queues=queues,
+                   names=names, store=store)
+
+    def invoked(self, function_name: str, seconds: float, error: bool) -> None:
+        """One invocation of ``function_name``, as Lambda counts it, at the clock's instant."""
+        metrics.record_invocation(self.store, function_name, self.clock.now(),
+                                  duration_ms=seconds * 1000, error=error)
+
+    def minute(self) -> list[Transition]:
+        """This simulated minute's queue datapoints, then the alarms evaluated up to it."""
+        at = self.clock.now()
+        self.sample(at)
+        return self.board.advance(at)
+
+    def sample(self, at: datetime) -> None:
+        self.ages.mark(at)
+        stamps = metrics.oldest_sent(self.endpoint_url)
+        oldest = {name: None if stamps.get(name) is None else
+                  self.ages.sent_at(int(stamps[name] or 0)) for name in self.queues}
+        metrics.sample_queues(self.store, self.sqs, self.queues, at, oldest=oldest,
+                              now_ms=int(at.timestamp() * 1000))
