@@ -21,6 +21,7 @@ at 09:12 is 720 s old, as SQS would report it.
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,3 +101,20 @@ class AlarmWatch:
                   self.ages.sent_at(int(stamps[name] or 0)) for name in self.queues}
         metrics.sample_queues(self.store, self.sqs, self.queues, at, oldest=oldest,
                               now_ms=int(at.timestamp() * 1000))
+
+
+@functools.cache
+def _template() -> tuple[Any, str | None]:
+    from reminders.local.roles import SELF_PUBLISHING, TemplateError, synthesized_template
+
+    try:
+        return synthesized_template(SELF_PUBLISHING), None
+    except TemplateError as exc:
+        return None, str(exc)
+
+
+def watch_template() -> tuple[Any, str | None]:
+    """The template whose alarms the local pipeline is watched by (the variant the local stack
+    runs, whose scanner publishes itself), and None with why when there is none (the CDK is
+    not installed, as after `make demo`'s set-up). One template a process: not to be changed."""
+    return _template()
