@@ -227,3 +227,19 @@ def board_for(template: Mapping[str, Any], store: MetricStore, names: LocalNames
     """A board of every metric and composite alarm of ``template``, reading ``store``."""
     return AlarmBoard(AlarmEvaluator(read_alarms(template), read_composites(template), store,
                                      names))
+
+
+def alarm_summary(board: AlarmBoard) -> list[str]:
+    """One line per time an alarm that pages went to ALARM, in order: its name, when, and
+    when it was OK again (or that it still is in ALARM); one line saying none did."""
+    transitions = board.transitions()
+    paging = set(board.fired())
+    lines = []
+    for i, t in enumerate(transitions):
+        if t not in paging:
+            continue
+        cleared = next((u.at for u in transitions[i + 1:]
+                        if u.alarm == t.alarm and u.new != ALARM), None)
+        tail = f", OK again at {iso(cleared)}" if cleared else ", still in ALARM"
+        lines.append(f"{short_name(t.alarm)} fired at {iso(t.at)}{tail}")
+    return lines or ["no alarm fired"]
