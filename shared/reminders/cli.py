@@ -300,11 +300,41 @@ def cmd_local_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_alarms(rt: Any) -> Any:
+    """On a moto server on this machine (the local stack's, or a test's), the template's
+    alarms watch the command: its handlers' metrics and invocations, and the queues sampled
+    once it ends, evaluated and kept in REMINDERS_HOME for ``reminders status`` and the
+    console. Against AWS, or without a template, nothing (CloudWatch has the real ones)."""
+    from contextlib import nullcontext
+    from urllib.parse import urlsplit
+
+    from reminders import config
+    from reminders.local import stack
+    from reminders.local.twin import watch
+
+    endpoint = environment().get("AWS_ENDPOINT_URL") or ""
+    if urlsplit(endpoint).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return nullcontext(None)
+    template, _ = watch.watch_template()
+    if template is None:
+        return nullcontext(None)
+    urls = config.require_queues(rt.settings)
+    try:
+        watching = watch.AlarmWatch.for_local_queues(
+            template, rt.clock, endpoint_url=endpoint, sqs=rt.deliveries.client,
+            deliveries_url=urls.deliveries, simulated=False)
+    except ValueError:  # queues named otherwise than the template's: not the local stack's
+        return nullcontext(None)
+    rt.metrics = watching.metrics
+    return watch.persisted(watching, watch.alarms_path(stack.home()))
+
+
 def cmd_tick(args: argparse.Namespace) -> int:
     from reminders.local import pipeline
 
     rt = _runtime()
-    summary = pipeline.tick(rt)
+    with _local_alarms(rt) as observe:
+        summary = pipeline.tick(rt, observe=observe)
     emit(args, summary, f"leased {summary['leased']}, published {summary['published']}, "
                         f"released {summary['released']}, "
                         f"reclaimed {_counts_text(summary['reclaimed'])}")
@@ -322,7 +352,8 @@ def cmd_work(args: argparse.Namespace) -> int:
     from reminders.local import pipeline
 
     rt = _runtime()
-    summary = pipeline.work(rt, max_seconds=args.max_seconds)
+    with _local_alarms(rt) as observe:
+        summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe)
     emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
                         f"redrive: {_work_counts(summary['redrive'])}; "
                         + ("queues empty" if summary["idle"] else "queues not empty"))
@@ -946,6 +977,12 @@ def _operator(args: argparse.Namespace, command: str) -> int:
                      for name in REMOTE_COMMANDS[command]}
         outcome = ops_client.run_remote(command, arguments, stack=args.stack,
                                         function_name=args.ops_function)
+        if command == "status" and isinstance(outcome.data, dict):
+            from reminders.operator import alarms_text
+
+            outcome.data["alarms"] = STACK_ALARMS
+            if outcome.text:
+                outcome.text += "\n" + alarms_text(STACK_ALARMS)
     else:
         outcome = _operator_local(args, command)
     return _print_outcome(args, outcome)
@@ -960,7 +997,7 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
     with _conn() as conn:
         if command == "status":
             return commands.status(conn, now=_now(), tenant=args.tenant,
-                                   queue_counts=_queue_counts())
+                                   queue_counts=_queue_counts(), alarms=local_alarms)
         if command == "show":
             return commands.show(conn, key=args.key, tenant=args.tenant)
         if command == "list":
@@ -984,6 +1021,26 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
         return commands.tenants_set(conn, now=_now(), tenant=args.tenant,
                                     paused=args.action == "pause", who=who, via="cli",
                                     reason=args.reason, create=args.create)
+
+
+STACK_ALARMS = {"available": False, "why": (
+    "not shown with --stack: the deployed alarms are CloudWatch's (the stack's alarm topic "
+    "and dashboard; `aws cloudwatch describe-alarms --state-value ALARM`)")}
+
+
+def local_alarms() -> dict[str, Any]:
+    """The local stack's alarms in ALARM as ``reminders tick``/``work`` last evaluated them
+    (REMINDERS_HOME/alarms.json), or why there are none to show."""
+    from reminders.local import stack
+    from reminders.local.twin import watch
+
+    path = watch.alarms_path(stack.home())
+    state = watch.read_state(path)
+    if state is None:
+        return {"available": False, "why": (
+            "not evaluated yet: on the local stack `reminders tick` and `reminders work` "
+            f"evaluate the template's alarms and keep them in {path}")}
+    return {"available": True, **state}
 
 
 def _queue_counts() -> Callable[[], dict[str, dict[str, int]]] | None:
@@ -1100,7 +1157,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     serve.run(serve.ConsoleContext(connect=connect, now=clock.now,
                                    queues=lambda: operator.queue_counts(settings),
                                    actor=operator.current_user(), refresh_seconds=args.refresh,
-                                   read_timeout_ms=args.statement_timeout * 1000),
+                                   read_timeout_ms=args.statement_timeout * 1000,
+                                   alarms=local_alarms),
               host=args.host, port=args.port, extra_hosts=tuple(args.allowed_host),
               behind_proxy=args.behind_proxy)
     return 0

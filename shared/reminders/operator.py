@@ -99,7 +99,25 @@ def status_text(data: dict[str, Any]) -> str:
         text += f"\n{name} queue: {counts['visible']} waiting, {counts['in_flight']} in flight"
     if data.get("queues_error"):
         text += f"\nqueues: unreachable ({data['queues_error']}); the counts above are Postgres'"
+    if "alarms" in data:
+        text += "\n" + alarms_text(data["alarms"])
     return text
+
+
+def alarms_text(alarms: dict[str, Any]) -> str:
+    """The alarms in ALARM, one a line, or why none can be shown."""
+    from reminders.cli_format import terminal_safe
+
+    if not alarms.get("available"):
+        return f"alarms: {terminal_safe(str(alarms.get('why', 'not available')))}"
+    firing = alarms.get("in_alarm") or []
+    when = f" (evaluated {terminal_safe(str(alarms.get('evaluated_at')))})"
+    if not firing:
+        return f"alarms: none in ALARM{when}"
+    lines = [f"alarms in ALARM{when}:"]
+    lines += [f"  {terminal_safe(str(a.get('name')))} since {terminal_safe(str(a.get('since')))}"
+              f": {terminal_safe(str(a.get('reason')))}" for a in firing]
+    return "\n".join(lines)
 
 
 def current_user(env: dict[str, str] | None = None) -> str:

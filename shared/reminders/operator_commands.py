@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from reminders import db
 from reminders.errors import InvalidInput, NotFound
@@ -83,12 +84,16 @@ QueueCounts = Callable[[], dict[str, dict[str, int]]]
 
 
 def status(conn: db.Connection, *, now: datetime, tenant: str | None = None,
-           queue_counts: QueueCounts | None = None) -> Outcome:
+           queue_counts: QueueCounts | None = None,
+           alarms: Callable[[], dict[str, Any]] | None = None) -> Outcome:
     """What Postgres knows and, when ``queue_counts`` is given, the queues' counts beside it.
-    Queues that do not answer are a partial failure (exit 4); Postgres' counts still print."""
+    Queues that do not answer are a partial failure (exit 4); Postgres' counts still print.
+    ``alarms``: where the alarms in ALARM are read from (the local stack's board)."""
     from reminders import operator
 
     data = operator.status(conn, now=now, tenant=tenant)
+    if alarms is not None:
+        data["alarms"] = alarms()
     if queue_counts is not None:
         try:
             data["queues"] = queue_counts()

@@ -73,3 +73,34 @@ def test_work_help_explains_its_exit_statuses(tmp_path: Path) -> None:
     text = " ".join(result.out.split())
     assert "4 some records failed or an invocation raised" in text
     assert "1 the queues did not empty within the bounds" in text
+
+
+def test_status_shows_the_alarms_tick_and_work_evaluated(aws_cli: Cli, queue_urls: config.QueueUrls,
+                                                         moto_endpoint: str) -> None:
+    """On a local moto, `work` and `tick` evaluate the template's alarms and keep them in
+    REMINDERS_HOME; `status` (and its JSON) names the ones in ALARM."""
+    put(moto_endpoint, queue_urls.deliveries, "{not json")
+    assert aws_cli("work", "--max-seconds", "20", now="2027-03-01T09:00:10Z").code == 4
+    quiet = aws_cli("status", "--json", now="2027-03-01T09:00:20Z").json()["alarms"]
+    assert quiet["available"] is True and quiet["in_alarm"] == []  # its minute is not over
+    assert aws_cli("tick", now="2027-03-01T09:01:05Z").code == 0
+
+    data = aws_cli("status", "--json", now="2027-03-01T09:01:10Z").json()["alarms"]
+    assert data["evaluated_at"] == "2027-03-01T09:01:00Z"
+    assert [a["name"] for a in data["in_alarm"]] == ["ParkingQueueNotEmpty"]
+    assert data["in_alarm"][0]["since"] == "2027-03-01T09:01:00Z"
+    text = aws_cli("status", now="2027-03-01T09:01:10Z").out
+    assert "alarms in ALARM (evaluated 2027-03-01T09:01:00Z):\n  ParkingQueueNotEmpty since " \
+           "2027-03-01T09:01:00Z: Threshold Crossed: 1 of 1 datapoints [1] were " \
+           "GreaterThanOrEqualToThreshold 1" in text
+    # Five minutes on, the redrive function's invocation (the DLQ arrival) has its period.
+    assert aws_cli("tick", now="2027-03-01T09:05:05Z").code == 0
+    data = aws_cli("status", "--json", now="2027-03-01T09:05:10Z").json()["alarms"]
+    assert [a["name"] for a in data["in_alarm"]] == ["DeadLetterArrivals"]
+
+
+def test_status_without_an_evaluation_says_where_alarms_come_from(cli: Cli) -> None:
+    data = cli("status", "--json").json()["alarms"]
+    assert data["available"] is False
+    assert "`reminders tick` and `reminders work` evaluate the template's alarms" in data["why"]
+    assert "alarms: not evaluated yet" in cli("status").out

@@ -161,6 +161,9 @@ def test_the_overview_says_what_status_json_says(console: Console, page: Any) ->
     assert int(day) == expected["by_state"]["sent"]
     assert page.locator("#lateness-2 svg").count() == 1
     assert page.locator('meta[http-equiv="refresh"]').count() == 1
+    # No command evaluated the alarms on this home yet: the overview says so, as status does.
+    assert expected["alarms"]["available"] is False
+    assert page.inner_text("#alarms-unavailable") == expected["alarms"]["why"]
 
 
 def test_the_attention_list_shows_the_parked_deliveries_with_reasons(console: Console,

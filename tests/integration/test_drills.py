@@ -41,6 +41,31 @@ def test_drill_recovers_with_no_violation(lab: drills.Lab, name: str) -> None:
     assert result.recovery_simulated_seconds is not None
     assert set(result.states) <= TERMINAL, report
     assert sum(result.states.values()) >= drills.SHORT.webhooks + drills.SHORT.emails
+    # The report names the alarms that fired, and when: the ones the fault provokes.
+    assert result.alarms is not None, result.alarms_note
+    fired = {a["alarm"] for a in result.alarms}
+    assert EXPECTED_ALARMS[name] <= fired, report
+    assert fired <= EXPECTED_ALARMS[name] | ALSO_FIRED.get(name, set()), report
+    assert "alarms fired:" in report
+    for a in result.alarms:
+        assert f"{a['alarm']} at " in report
+
+
+# What each drill's fault must fire, and what else it may (a fault's side effects).
+EXPECTED_ALARMS: dict[str, set[str]] = {
+    "consumer-kill": set(),
+    "scanner-kill": set(),
+    "terminate-backends": set(),
+    "postgres-restart": {"ScannerErrors"},
+    "racing-scanners": set(),
+    "consumer-outage": {"DeliveriesQueueAge", "OldestOverdueDelivery"},
+    "duplicate-message": {"DeadLetterArrivals"},
+    "garbage": {"DeadLetterArrivals", "ParkingQueueNotEmpty"},
+}
+# A kill mid-send of an e-mail leaves it unknown; a scanner killed before it published leaves
+# its deliveries to wait out their leases (300 s), and they are late.
+ALSO_FIRED: dict[str, set[str]] = {"consumer-kill": {"DeliveriesUnknown"},
+                                   "scanner-kill": {"OldestOverdueDelivery"}}
 
 
 def test_the_command_line_knows_every_drill() -> None:

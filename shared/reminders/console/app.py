@@ -266,6 +266,8 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             now = ctx.now()
             status = operator.status(conn, now=now, tenant=tenant)
             status.update(ctx.queues())
+            if ctx.alarms is not None:
+                status["alarms"] = ctx.alarms()
             hour = operator.lateness(conn, now=now, window_seconds=3600, tenant=tenant)
             day = operator.lateness(conn, now=now, window_seconds=86400, tenant=tenant)
             return {"title": "Overview", "status": status, "tenant": tenant,

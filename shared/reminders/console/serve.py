@@ -23,6 +23,9 @@ class ConsoleContext:
     # A page's reads run in one transaction with this statement timeout (SET LOCAL: nothing
     # outlives the transaction, so a pooler's connection is not pinned); None: the login's.
     read_timeout_ms: int | None = None
+    # The alarms in ALARM (the local stack's board, as `reminders status` reads it); None: the
+    # overview shows no alarms section.
+    alarms: Callable[[], dict[str, Any]] | None = None
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

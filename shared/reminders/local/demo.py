@@ -260,4 +260,7 @@ def _text(report: dict[str, Any]) -> str:
         lines.append(f"parking queue: {p['body']!r} — {p['reason']}")
     lines.append("everything as expected" if report["all_as_expected"]
                  else "SOMETHING UNEXPECTED: see the lines marked !!")
+    if "alarms" in report:  # reminders.local.twin.board.alarm_summary of the run's board
+        lines.append("alarms:")
+        lines += [f"  {line}" for line in report["alarms"]]
     return "\n".join(lines)

@@ -17,7 +17,11 @@ the drill itself promises (all sent after an outage, garbage parked with a reaso
 
 The result says what was done, how long recovery took (simulated and wall seconds from the
 fault, or the end of an outage, to the first check at which every delivery due had an outcome
-again), the deliveries by state, and every violation found: the goal is none.
+again), the deliveries by state, every violation found (the goal is none), and the alarms of
+the synthesized template that fired and when: they are evaluated every simulated minute
+(:mod:`reminders.local.twin.watch`) from what the in-process handlers emitted, their
+invocations and the queues sampled after each round. What a ``reminders`` subprocess does (the
+kill drills' victims) reaches the alarms only through the queues and the rows it leaves.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ from reminders.db.queries import CHECKS
 from reminders.errors import RemindersError
 from reminders.local import pipeline, pooler, roles, stack
 from reminders.local.receiver import WebhookReceiver
+from reminders.local.twin.watch import AlarmWatch, watch_template
+from reminders.observability import NoMetrics
 from reminders.queue import Queue
 from reminders.runtime import Runtime, build_channels, secret_box
 
@@ -62,6 +68,10 @@ SERVICE_APPLICATION = "reminders"        # what the service's sessions call them
 CHECKER_APPLICATION = "reminders-drill"  # the drill's own session: never terminated
 TERMINAL = ("sent", "failed", "suppressed", "stale", "unknown", "dead")
 WAIT_SECONDS = 30.0          # wall-time bound on waiting for a subprocess to reach a point
+# Quiet minutes after a drill for its alarms: a five-minute period completes and is evaluated
+# within six; and at most this many, waiting for the alarms to clear.
+ALARM_TAIL_MINUTES = 6
+ALARM_TAIL_BOUND = 20
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,10 @@ class DrillResult:
     violations: list[str]
     wall_seconds: float
     faults: int = 0  # how many times the fault landed (0: the drill tested nothing)
+    # The alarms that went to ALARM (alarm, at, minutes after the start, cleared_at or None);
+    # None: not evaluated (no template to read them from).
+    alarms: list[dict[str, Any]] | None = None
+    alarms_note: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -233,6 +247,8 @@ class Site:
         self._created_db = False
         self._queue_urls: list[str] = []
         self.rt: Runtime | None = None
+        self.watch: AlarmWatch | None = None
+        self.watch_note: str | None = None
         try:
             direct = db.create_database(self.server_url, self.db_name)
             self._created_db = True
@@ -244,11 +260,24 @@ class Site:
                                             max_receive_count_override=max_receive_count)
             self._queue_urls = [self.queues.deliveries, self.queues.dlq, self.queues.parking]
             self.secrets_key_id = stack.create_secrets_key(self.endpoint)
+            self._watch_alarms()
             self.receiver.start()
             self.rt = self.runtime()
         except BaseException:
             self.close()
             raise
+
+    def _watch_alarms(self) -> None:
+        template, self.watch_note = watch_template()
+        if template is not None:
+            self.watch = AlarmWatch.for_local_queues(
+                template, self.clock, endpoint_url=self.endpoint, sqs=self.sqs(),
+                deliveries_url=self.queues.deliveries)
+
+    def observe(self, function_name: str, seconds: float, error: bool) -> None:
+        """An invocation of the drill's in-process handlers, for the alarms."""
+        if self.watch is not None:
+            self.watch.invoked(function_name, seconds, error)
 
     # --- settings and connections ------------------------------------------------------
 
@@ -274,6 +303,7 @@ class Site:
 
         sqs = client("sqs")
         rt = Runtime(settings=settings, clock=self.clock,
+                     metrics=self.watch.metrics if self.watch is not None else NoMetrics(),
                      deliveries=Queue(sqs, self.queues.deliveries),
                      dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
                      channels=build_channels(settings, client), rng=random.Random(7),
@@ -502,14 +532,15 @@ class Run:
 
     def tick(self) -> dict[str, Any] | None:
         try:
-            return pipeline.tick(self.site.service)
+            return pipeline.tick(self.site.service, observe=self.site.observe)
         except RemindersError as exc:
             self.say(f"the scanner tick at {self.when()} failed: {_first_line(exc)}")
             return None
 
     def work(self, max_seconds: float = 60.0) -> dict[str, Any] | None:
         try:
-            out = pipeline.work(self.site.service, max_seconds=max_seconds)
+            out = pipeline.work(self.site.service, max_seconds=max_seconds,
+                                observe=self.site.observe)
         except RemindersError as exc:
             self.say(f"the consumer loop at {self.when()} failed: {_first_line(exc)}")
             return None
@@ -525,6 +556,8 @@ class Run:
         for v in invariants.check(self.site.conn, now=now,
                                   receiver_stats=self.site.receiver.stats()):
             self.flag(v.rule, v.delivery_key, v.detail)
+        if self.site.watch is not None:
+            self.site.watch.minute()
         if (self.fault_at is not None and self.fault_over and not self.recovered
                 and self.site.pending(now) == 0):
             self._recovered()
@@ -569,13 +602,29 @@ class Run:
                       "the batch has its outcomes, but never was everything due settled while "
                       "the drill checked")
 
+    def settle_alarms(self) -> None:
+        """Quiet rounds after the drill, a minute apart, so that the alarms its fault
+        provoked are evaluated (a five-minute alarm fires once its period is over) and seen
+        to clear: at least :data:`ALARM_TAIL_MINUTES`, then until none is in ALARM (bounded)."""
+        watch = self.site.watch
+        if watch is None:
+            return
+        for step in range(ALARM_TAIL_BOUND):
+            if step >= ALARM_TAIL_MINUTES and not watch.board.in_alarm():
+                break
+            self.site.clock.advance(TICK)
+            self.round()
+
     def result(self, name: str, title: str, short: bool, began: float) -> DrillResult:
         sim, wall = self.recovery if self.recovery else (None, None)
+        watch = self.site.watch
         return DrillResult(name=name, title=title, short=short, did=self.did,
                            recovered=self.recovered, recovery_simulated_seconds=sim,
                            recovery_wall_seconds=wall, states=self.site.states(),
                            violations=list(self._found.values()),
-                           wall_seconds=round(time.monotonic() - began, 2), faults=self.faults)
+                           wall_seconds=round(time.monotonic() - began, 2), faults=self.faults,
+                           alarms=None if watch is None else fired_alarms(watch, START),
+                           alarms_note=self.site.watch_note)
 
     # --- helpers the drills share ----------------------------------------------------------
 
@@ -627,6 +676,27 @@ class Run:
             if row["state"] != "sent" and (row["state"] in TERMINAL or not settled_only):
                 why = f" ({row['reason']})" if row["reason"] else ""
                 self.flag(rule, key, f"ended {row['state']}{why}")
+
+
+def fired_alarms(watch: AlarmWatch, start: datetime) -> list[dict[str, Any]]:
+    """Each time an alarm that pages went to ALARM: when (and minutes after ``start``), and
+    when it was OK again (None: still in ALARM at the end)."""
+    from reminders.local.twin.alarms import ALARM
+    from reminders.local.twin.board import short_name
+
+    found: list[dict[str, Any]] = []
+    transitions = watch.board.transitions()
+    paging = set(watch.board.fired())
+    for i, t in enumerate(transitions):
+        if t not in paging:
+            continue
+        cleared = next((u.at for u in transitions[i + 1:]
+                        if u.alarm == t.alarm and u.new != ALARM), None)
+        found.append({"alarm": short_name(t.alarm), "at": iso(t.at),
+                      "minutes": int((t.at - start).total_seconds() // 60),
+                      "cleared_at": None if cleared is None else iso(cleared),
+                      "reason": t.reason})
+    return found
 
 
 def _first_line(exc: BaseException) -> str:
@@ -779,7 +849,7 @@ def racing_scanners(run: Run) -> None:
         for step in range(run.size.bound_minutes):
             if step:
                 run.site.clock.advance(TICK)
-            summaries = _race(runtimes)
+            summaries = _race(runtimes, run.site.observe)
             messages = peek(run.site, run.site.queues.deliveries)
             leased = sum(s.get("leased", 0) for s in summaries)
             if leased:
@@ -796,14 +866,15 @@ def racing_scanners(run: Run) -> None:
             rt.close()
 
 
-def _race(runtimes: list[Runtime]) -> list[dict[str, Any]]:
+def _race(runtimes: list[Runtime], observe: Callable[[str, float, bool], None]
+          ) -> list[dict[str, Any]]:
     barrier = threading.Barrier(len(runtimes))
     out: list[dict[str, Any]] = [{} for _ in runtimes]
 
     def scan(i: int) -> None:
         barrier.wait()
         try:
-            out[i] = pipeline.tick(runtimes[i])
+            out[i] = pipeline.tick(runtimes[i], observe=observe)
         except RemindersError as exc:
             out[i] = {"error": _first_line(exc)}
 
@@ -1004,9 +1075,9 @@ def work_watching_batches(run: Run, good: Callable[[str], bool],
     runtime.install(rt)
     try:
         sources = [EventSource(rt.for_function("consumer").deliveries, consumer, "consumer",
-                               stack.REGION),
+                               stack.REGION, observe=run.site.observe),
                    EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
-                               stack.REGION)]
+                               stack.REGION, observe=run.site.observe)]
         if not run_until_idle(sources, max_rounds=rt.settings.limits.work_rounds,
                               max_seconds=max_seconds):
             run.say(f"the queues were not idle after {max_seconds:g} s of wall time")
@@ -1156,6 +1227,7 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
         run = Run(site, size, pgdata)
         drill.body(run)
         run.finish()
+        run.settle_alarms()
         return run.result(name, drill.title, short, began)
 
 
@@ -1182,6 +1254,25 @@ def run_drills(names: list[str], *, short: bool = False, lab: Lab | None = None,
             if on_result is not None:
                 on_result(result)
         return results
+
+
+def alarm_lines(result: DrillResult) -> list[str]:
+    if result.alarms is None:
+        return [f"  alarms: not evaluated ({result.alarms_note or 'no template'})"]
+    if not result.alarms:
+        return ["  alarms fired: none"]
+    lines = ["  alarms fired:"]
+    for a in result.alarms:
+        cleared = (f", OK again at {_hm(_instant(a['cleared_at']))}" if a["cleared_at"]
+                   else ", still in ALARM at the end")
+        lines.append(f"    {a['alarm']} at {_hm(_instant(a['at']))} (+{a['minutes']}m){cleared}")
+    return lines
+
+
+def _instant(text: str) -> datetime:
+    from reminders.clock import parse_instant
+
+    return parse_instant(text, "instant")
 
 
 @contextmanager
@@ -1215,6 +1306,7 @@ def text(result: DrillResult, *, limit: int = 20) -> str:
         lines.append("  NOT recovered")
     lines.append("  deliveries: " + (", ".join(f"{k} {v}" for k, v in result.states.items())
                                      or "none"))
+    lines += alarm_lines(result)
     lines.append(f"  violations: {len(result.violations)}")
     lines += [f"    {v}" for v in result.violations[:limit]]
     if len(result.violations) > limit:

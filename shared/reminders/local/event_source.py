@@ -14,6 +14,9 @@ from reminders.observability import logger
 from reminders.queue import Queue
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+# Told of every invocation: the function's name, its duration in seconds, whether it raised
+# (what Lambda counts in AWS/Lambda Invocations, Duration and Errors).
+Observer = Callable[[str, float, bool], None]
 
 
 @dataclass
@@ -107,7 +110,8 @@ class EventSource:
     """One queue feeding one handler, as Lambda's event source mapping would."""
 
     def __init__(self, queue: Queue, handler: Handler, function_name: str, region: str,
-                 batch_size: int = 10) -> None:
+                 batch_size: int = 10, observe: Observer | None = None) -> None:
+        self.observe = observe
         self.queue = queue
         self.handler = handler
         self.function_name = function_name
@@ -136,14 +140,29 @@ class EventSource:
         ids = {m["MessageId"] for m in messages}
         event = sqs_event(messages, self.arn, self.region)
         context = LambdaContext(function_name=self.function_name)
+        began = time.monotonic()
         try:
-            return failed_ids(self.handler(event, context), ids)
+            answer = self.handler(event, context)
         except Exception as exc:  # noqa: BLE001 (an invocation error fails the batch, as in Lambda)
+            self._observed(began, error=True)
             self.counts.add_error(error_text(exc))
             logger.error("invocation failed", exc_info=True, extra={
                 "function": self.function_name, "error_type": type(exc).__name__,
                 "error": str(exc), "records": len(messages), "message_ids": sorted(ids)})
             return ids
+        self._observed(began, error=False)
+        try:
+            return failed_ids(answer, ids)
+        except InvalidBatchResponse as exc:  # the function ran; Lambda fails the whole batch
+            self.counts.add_error(error_text(exc))
+            logger.error("invocation failed", exc_info=True, extra={
+                "function": self.function_name, "error_type": type(exc).__name__,
+                "error": str(exc), "records": len(messages), "message_ids": sorted(ids)})
+            return ids
+
+    def _observed(self, began: float, *, error: bool) -> None:
+        if self.observe is not None:
+            self.observe(self.function_name, time.monotonic() - began, error)
 
 
 def run_until_idle(sources: list[EventSource], *, max_rounds: int, max_seconds: float,

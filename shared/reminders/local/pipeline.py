@@ -3,21 +3,34 @@ event-source loops until the queues are idle."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from reminders import runtime, scanner
-from reminders.local.event_source import EventSource, run_until_idle
+from reminders.local.event_source import EventSource, Observer, run_until_idle
 from reminders.runtime import Runtime
 
 
-def tick(rt: Runtime) -> dict[str, Any]:
-    """One tick, which does not wait for room: here the consumers run after it, not beside."""
-    return scanner.tick(rt, refill=False).as_json()
+def tick(rt: Runtime, *, observe: Observer | None = None) -> dict[str, Any]:
+    """One tick, which does not wait for room: here the consumers run after it, not beside.
+    ``observe`` is told of the invocation (the scanner's, as Lambda counts it)."""
+    began = time.monotonic()
+    try:
+        summary = scanner.tick(rt, refill=False).as_json()
+    except Exception:
+        if observe is not None:
+            observe("scanner", time.monotonic() - began, True)
+        raise
+    if observe is not None:
+        observe("scanner", time.monotonic() - began, False)
+    return summary
 
 
-def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -> dict[str, Any]:
+def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0,
+         observe: Observer | None = None) -> dict[str, Any]:
     """Run the consumer and redrive handlers until both queues are idle (bounded). Failed
-    records and invocation errors are counted in the summary, never raised."""
+    records and invocation errors are counted in the summary, never raised. ``observe`` is
+    told of every invocation."""
     from functions.consumer.handler import handler as consumer_handler
     from functions.redrive.handler import handler as redrive_handler
 
@@ -25,9 +38,9 @@ def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -
     try:
         # Lambda's poller reads each queue with the role of the function it invokes.
         consumer = EventSource(rt.for_function("consumer").deliveries, consumer_handler,
-                               "consumer", region)
+                               "consumer", region, observe=observe)
         redrive = EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
-                              region)
+                              region, observe=observe)
         idle = run_until_idle([consumer, redrive], max_rounds=rt.settings.limits.work_rounds,
                               max_seconds=max_seconds)
     finally:
@@ -44,6 +57,8 @@ def summary(idle: bool, consumer: EventSource, redrive: EventSource) -> dict[str
             "invocation_errors": consumer.counts.errors + redrive.counts.errors}
 
 
-def run(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0) -> dict[str, Any]:
+def run(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0,
+        observe: Observer | None = None) -> dict[str, Any]:
     """One tick and the work it makes."""
-    return {"tick": tick(rt), "work": work(rt, region=region, max_seconds=max_seconds)}
+    return {"tick": tick(rt, observe=observe),
+            "work": work(rt, region=region, max_seconds=max_seconds, observe=observe)}

@@ -86,6 +86,30 @@ class MetricStore:
         with self._lock:
             return list(self._points)
 
+    def points(self) -> list[tuple[MetricKey, Datapoint]]:
+        """Every datapoint with its metric, in the order each metric got them."""
+        with self._lock:
+            return [(key, p) for key, found in self._points.items() for p in found]
+
+    def instants(self) -> list[datetime]:
+        """Every datapoint's instant, sorted."""
+        with self._lock:
+            return sorted(p.at for found in self._points.values() for p in found)
+
+    def drop_before(self, instant: datetime) -> int:
+        """Forget the datapoints stamped before ``instant`` (no alarm looks back that far);
+        return how many."""
+        dropped = 0
+        with self._lock:
+            for key in list(self._points):
+                kept = [p for p in self._points[key] if p.at >= instant]
+                dropped += len(self._points[key]) - len(kept)
+                if kept:
+                    self._points[key] = kept
+                else:
+                    del self._points[key]
+        return dropped
+
 
 class StoreMetrics:
     """The service's metrics port (reminders.observability.Metrics) writing into a store, as
