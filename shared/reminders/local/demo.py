@@ -160,9 +160,15 @@ def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
     rt.deliveries.send_raw("{not json", {})
     before = _stats(local.receiver_url)
     start = clock.now()
+    # The template's alarms, from the run's first minute (the twin's metrics feed them).
+    board = twin.alarm_board() if twin is not None else None
+    if board is not None:
+        board.advance(start)
     try:
         rounds = drive((lambda: twin.run(max_seconds=30)) if twin is not None
                        else (lambda: pipeline.run(rt, max_seconds=30)), conn, clock)
+        if board is not None:
+            board.advance(clock.now())
     finally:
         if twin is not None:
             twin.close()
@@ -174,6 +180,10 @@ def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
     report["database"] = f"demo_{run_id}"
     report["rounds"] = rounds
     report["functions"] = "twin" if twin is not None else "in-process"
+    if board is not None:  # the template's alarms, evaluated on the run's metrics
+        from reminders.local.twin.board import alarm_summary
+
+        report["alarms"] = alarm_summary(board)
     report["started_at"] = iso(start)
     rt.close()
     if json_output:

@@ -251,6 +251,23 @@ class Twin:
                 "REMINDERS_REFILL_PATIENCE_SECONDS": "0",
                 "REMINDERS_CLOCK_FILE": self.clock.path, **self.extra_env}
 
+    def alarm_board(self) -> Any:
+        """A board of the template's alarms reading this twin's metrics, with the functions'
+        and queues' names on this machine (reminders.local.twin.board)."""
+        from reminders.local.twin.alarms import LocalNames
+        from reminders.local.twin.board import board_for
+
+        # Functions the twin does not run (the operations and rotation functions) get a
+        # name of their own: nothing emits for them, so their alarms stay quiet.
+        functions = {logical_id: f"Reminders-{logical_id}" for logical_id, resource
+                     in self.template["Resources"].items()
+                     if resource.get("Type") == "AWS::Lambda::Function"}
+        functions.update({spec.logical_id: spec.deployed_name()
+                          for spec in self.specs.values()})
+        return board_for(self.template, self.metrics, LocalNames(
+            functions=functions,
+            queues={logical_id: queue.name for logical_id, queue in self.queues.items()}))
+
     def require_urls(self) -> QueueUrls:
         if self.urls is None:
             raise TwinError("the twin is not started")
