@@ -506,6 +506,9 @@ def test_connect_timeout_detail(monkeypatch: pytest.MonkeyPatch) -> None:
         ("https://hooks.example.com/", None, "no signing secret for this webhook endpoint"),
         ("https://hooks.example.com/", "whsec_c2hvcnQ=", "webhook secret: key is 5 bytes"),
     ],
+    # The same ids in every process (the secret is new each run): the suite's workers must
+    # collect the same tests.
+    ids=["ftp", "no-scheme", "credentials", "bad-port", "no-secret", "short-secret"],
 )
 def test_unusable_destination_is_permanent(url: str, secret: str | None, detail: str) -> None:
     result = WebhookChannel().send(message(url, secret=secret), NOW)
