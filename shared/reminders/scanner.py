@@ -163,7 +163,8 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
 
     drain(rt, conn, summary, queued, deadline, patience)
     ends = max(time.monotonic(), deadline) + HOUSEKEEPING_SECONDS
-    if time.monotonic() < deadline:  # retention only with drain time left over
+    # Retention only with drain time left over, and never with REMINDERS_RETENTION_BATCH=0.
+    if limits.retention_batch and time.monotonic() < deadline:
         purged = _bounded(conn, ends, lambda: db.fetch_one(conn, "retention_purge", {
             "now": now, "limit": limits.retention_batch}))
         summary.purged = int((purged or {}).get("deliveries") or 0)

@@ -243,7 +243,7 @@ def test_poison_messages_fire_dead_letter_arrivals_and_the_parked_ones_park(
     check(world.board, world.timeline, promises, others={"ScannerSilent"})
     wrong = changed(world.template, "DeadLetterArrivals", lambda p: p["Dimensions"].__setitem__(
         0, {"Name": "FunctionName", "Value": {"Ref": logical_id(world.template,
-                                                                "FunctionsOps")}}))
+                                                                "FunctionsOpsRead")}}))
     assert "DeadLetterArrivals never fired" in fails(world, wrong, promises, {"ScannerSilent"})
     gone = changed(world.template, "ParkingQueueNotEmpty",
                    lambda p: p.__setitem__("MetricName", "ApproximateNumberOfMessagesDelayed"))

@@ -93,6 +93,9 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
                                                datetime(2027, 3, 2, 9, 0)))
         daily = series.deliveries[0].delivery_key
         rt = world.runtime(timedelta(seconds=1))
+        # This code's purge reads what later migrations add (deliveries.kind, 0020); the last
+        # release's tick purged by its own query, so this one leases and purges nothing.
+        rt.settings = replace(rt.settings, limits=replace(rt.settings.limits, retention_batch=0))
         assert scanner.tick(rt).leased == 2
         rt.close()
         messages = {parse_body(b).delivery_id: b for b in world.queue.take()}
