@@ -151,14 +151,19 @@ def _plain_text(value: str, flag: str) -> str:
 
 def environment() -> dict[str, str]:
     env = dict(os.environ)
-    if not env.get("DATABASE_URL") and not env.get("REMINDERS_DB_HOST"):
-        from reminders.local import stack
+    if env.get("REMINDERS_DB_HOST"):
+        return env
+    from reminders.local import stack
 
-        running = stack.load()
-        if running is None:
-            running = _partly_running_stack()
-        if running is not None:
-            env = {**running.env(), **env}
+    given = env.get("DATABASE_URL")
+    running = stack.load()
+    if given:  # the local stack's own database (as `local up --env` exports it) is the stack
+        return ({**running.env(), **env} if running is not None
+                and stack.same_database(given, running.database_url) else env)
+    if running is None:
+        running = _partly_running_stack()
+    if running is not None:
+        env = {**running.env(), **env}
     return env
 
 
@@ -264,8 +269,7 @@ def cmd_local_up(args: argparse.Namespace) -> int:
         from shlex import quote
 
         print("\n".join([*(f"# {line}" for line in restarted.values()),
-                         f"export RECEIVER_URL={quote(running.receiver_url)}",
-                         f"export RECEIVER_SECRET={quote(running.receiver_secret)}"]))
+                         *(f"export {k}={quote(v)}" for k, v in running.shell_env().items())]))
         return 0
     emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
         [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
@@ -1268,7 +1272,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
                              description="E.g. `eval \"$(reminders local up --env)\"`.")
     p.add_argument("--env", action="store_true",
-                   help="print RECEIVER_URL and RECEIVER_SECRET as shell exports, for eval")
+                   help="print DATABASE_URL (and PGHOST, PGPORT, PGDATABASE), RECEIVER_URL and "
+                        "RECEIVER_SECRET as shell exports, for eval")
     p.add_argument("--explain", action="store_true",
                    help="start nothing; print, per resource type of the synthesized template, "
                         "how it runs here (real, stand-in or not run)")

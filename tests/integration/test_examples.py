@@ -17,11 +17,14 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from reminders import db
+from tests.integration.test_local_stack import Home, new_home
+from tests.integration.test_readme_walkthrough import run_script, walkthrough_commands
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLES = README.parent / "examples"
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,49 @@ def test_the_node_example(app: App, database_url: str, tmp_path: Path) -> None:
     copy = tmp_path / "node"
     shutil.copytree(EXAMPLES / "node", copy, ignore=shutil.ignore_patterns("node_modules"))
     run(["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"], {}, cwd=copy)
-    parts = conninfo_to_dict(app.url)
-    env = {"PGHOST": str(parts.get("host", "")), "PGPORT": str(parts.get("port") or 5432),
-           "PGDATABASE": str(parts["dbname"]), "PGUSER": app.login, "PGPASSWORD": "pw"}
-    out = run(["node", "booking.js", "103"], {**env, "DATABASE_URL": ""}, cwd=copy)
+    out = run(["node", "booking.js", "103"], {"DATABASE_URL": db.as_url(app.url)}, cwd=copy)
     assert out.startswith("booking-103\ttrue\talice@example.com\tschedule:")
     assert booked(database_url, 103) == [("acme", "booking-103", "scheduled")]
+
+
+@pytest.fixture
+def home() -> Iterator[Home]:
+    h = new_home()
+    yield h
+    h.cleanup()
+
+
+@pytest.mark.skipif(shutil.which("psql") is None or shutil.which("node") is None
+                    or shutil.which("npm") is None,
+                    reason="the README's example steps use psql, Node.js and npm")
+def test_the_readme_s_example_steps_run_as_written(home: Home, tmp_path: Path) -> None:
+    """The README's marked block, as a new user types it against `reminders local up`: the URL
+    `local up --env` prints works unchanged in psql, psycopg and Node's pg, and the application
+    login needs exactly the grants the block gives it (and its password)."""
+    commands = walkthrough_commands(README.read_text(), "<!-- examples:")
+    work = tmp_path / "clone"
+    shutil.copytree(EXAMPLES, work / "examples", ignore=shutil.ignore_patterns("node_modules"))
+    after = ["printenv DATABASE_URL", "reminders local down"]
+    steps = run_script([*commands, *after], home, work)
+    for step in steps:
+        assert step.code == 0, (step.command, step.out, step.err)
+    assert len(steps) == len(commands) + len(after), [s.command for s in steps]
+
+    def out(fragment: str) -> str:
+        (step,) = [s for s in steps if fragment in s.command]
+        return step.out
+
+    assert out("printenv").startswith("postgresql://")
+    assert "booking-42" in out("examples/booking.sql")
+    assert out("examples/booking.py").startswith("booking-43\tTrue\talice@example.com\tschedule:")
+    assert out("node booking.js").splitlines()[-1].startswith(
+        "booking-44\ttrue\talice@example.com\tschedule:")
+
+
+def test_a_wrong_password_is_refused_by_the_local_stack(app: App) -> None:
+    """The local Postgres (through its pooler, as every client reaches it) authenticates an
+    application login by its password, as RDS does."""
+    with psycopg.connect(app.url) as conn:
+        assert conn.execute("select current_user").fetchone() == (app.login,)
+    with pytest.raises(psycopg.OperationalError, match="authentication failed"):
+        psycopg.connect(make_conninfo(app.url, password="not-its-password")).close()

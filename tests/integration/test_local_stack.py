@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -168,8 +169,9 @@ def test_up_reports_where_everything_runs(home: Home, running_stack: dict[str, A
     pgdata = home.path / "pgdata"
     assert s["pgdata"] == str(pgdata)
     # Clients go through PgBouncer (the local RDS Proxy); databases are made on the server.
-    assert s["direct_url"] == f"user=postgres dbname=reminders host={pgdata}"
-    assert re.fullmatch(r"host=127\.0\.0\.1 port=\d+ dbname=reminders user=postgres",
+    assert s["direct_url"] == f"postgresql://postgres@/reminders?host={quote(str(pgdata), safe='')}"
+    # A URL, which psql, psycopg and Node's pg read alike (pg reads `host=...` as a host name).
+    assert re.fullmatch(r"postgresql://postgres@127\.0\.0\.1:\d+/reminders",
                         s["database_url"]), s["database_url"]
     assert s["region"] == "us-east-1"
     endpoint, receiver = s["endpoint_url"], s["receiver_url"]

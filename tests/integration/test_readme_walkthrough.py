@@ -22,10 +22,10 @@ MARKER = "<!-- walkthrough:"
 SCRIPT_SECONDS = 120
 
 
-def walkthrough_commands(text: str) -> list[str]:
+def walkthrough_commands(text: str, marker: str = MARKER) -> list[str]:
     """The commands of the fenced block after the marker: continuation lines joined, lines that
     are only a comment left out."""
-    start = text.index(MARKER)
+    start = text.index(marker)
     fence = text.index("```sh\n", start) + len("```sh\n")
     block = text[fence:text.index("\n```", fence)]
     commands: list[str] = []
@@ -59,6 +59,9 @@ def run_script(commands: list[str], home: Home, work: Path) -> list[Step]:
     launcher = bin_dir / "reminders"
     launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m reminders.cli "$@"\n')
     launcher.chmod(0o755)
+    python = bin_dir / "python"  # the interpreter these tests run on, with psycopg
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     lines = ["set -u"]
     for i, command in enumerate(commands):
         lines.append(f"{{ {command}\n}} >{work}/{i}.out 2>{work}/{i}.err </dev/null; "

@@ -335,10 +335,31 @@ def _constraint_message(exc: psycopg.Error) -> str:
 
 
 def with_database(url: str, name: str) -> str:
-    """The same server, another database."""
+    """The same server, another database, in the form ``url`` has (a URL stays a URL)."""
     from psycopg.conninfo import make_conninfo
 
-    return make_conninfo(url, dbname=name)
+    other = make_conninfo(url, dbname=name)
+    return as_url(other) if url.startswith(("postgresql://", "postgres://")) else other
+
+
+def as_url(conninfo: str) -> str:
+    """``conninfo`` (``key=value`` pairs or a URL) as a ``postgresql://`` URL, which psql,
+    libpq, psycopg and Node's ``pg`` all read the same way (``pg`` reads ``key=value`` text as
+    a host name). Parameters a URL has no place for go in its query, percent-encoded."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    user, password = params.pop("user", ""), params.pop("password", "")
+    host, port = params.pop("host", ""), params.pop("port", "")
+    dbname = params.pop("dbname", "")
+    auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+    if host.startswith("/") or "," in host:  # a socket directory or several hosts
+        params["host"], host = host, ""
+    netloc = (auth + "@" if auth else "") + host + (":" + port if port else "")
+    query = "?" + urlencode(params) if params else ""
+    return f"postgresql://{netloc}/{quote(dbname, safe='')}{query}"
 
 
 def create_database(url: str, name: str, template: str | None = None) -> str:

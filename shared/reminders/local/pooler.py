@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from reminders.consumer import DB_WAIT_SECONDS
+from reminders.db import as_url
 from reminders.errors import RemindersError
 
 INSTALL_HINT = "install PgBouncer (Debian/Ubuntu: apt-get install pgbouncer)"
@@ -77,7 +78,8 @@ class Pooler:
         params = conninfo_to_dict(direct_url)
         database = dbname or str(params.get("dbname") or "postgres")
         keep = {k: v for k, v in params.items() if k in ("user", "password") and v}
-        return make_conninfo("", host="127.0.0.1", port=str(self.port), dbname=database, **keep)
+        return as_url(make_conninfo("", host="127.0.0.1", port=str(self.port),
+                                    dbname=database, **keep))
 
     def stop(self) -> None:
         stop(self.pid)

@@ -85,6 +85,19 @@ class LocalStack:
                 "REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32",
                 "REMINDERS_EMAIL_SENDER": SENDER}
 
+    def shell_env(self) -> dict[str, str]:
+        """What ``local up --env`` exports: the database as a URL every client reads alike
+        (psql, psycopg, Node's ``pg``), its parts as libpq's variables (to make another login's
+        URL from), and the webhook receiver's URL and secret."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(self.database_url)
+        return {"DATABASE_URL": db.as_url(self.database_url),
+                "PGHOST": str(parts.get("host") or "127.0.0.1"),
+                "PGPORT": str(parts.get("port") or "5432"),
+                "PGDATABASE": str(parts.get("dbname") or "postgres"),
+                "RECEIVER_URL": self.receiver_url, "RECEIVER_SECRET": self.receiver_secret}
+
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -92,12 +105,10 @@ class LocalStack:
         """A migrated database of its own on the stack's server, as clients reach it (through
         the pooler). It is created and migrated on the server itself, so the role settings the
         migrations write are there before any pooled session of it starts."""
-        from psycopg.conninfo import make_conninfo
-
         direct = db.create_database(self.direct_url or self.database_url, name)
         with db.connect(direct) as conn:
             migrate.apply(conn)
-        return make_conninfo(self.database_url, dbname=name)
+        return db.as_url(db.with_database(self.database_url, name))
 
 
 def free_port() -> int:
@@ -638,6 +649,18 @@ def _pooler(root: Path, direct_url: str, old: LocalStack | None) -> tuple[str, i
     port = next((p for p in wanted if p is not None and _port_free(p)), None) or free_port()
     bouncer = pooler.start(direct_url, root / "pooler", port)
     return bouncer.url(direct_url), bouncer.pid, why
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two connection strings (URLs or ``key=value``) name the same database as the
+    same login: the local stack's DATABASE_URL in either form."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    def key(url: str) -> tuple[str, ...]:
+        p = conninfo_to_dict(url)
+        return tuple(str(p.get(k) or "") for k in ("host", "port", "dbname", "user"))
+
+    return key(a) == key(b)
 
 
 def conninfo_port(url: str) -> int | None:
