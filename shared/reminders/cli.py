@@ -209,7 +209,8 @@ def _conn() -> Any:
     from reminders import db
 
     settings = _settings()
-    return db.connect(settings.database_url, prepare=settings.db_prepare)
+    return db.connect(settings.database_url, prepare=settings.db_prepare,
+                      readable_instants=True)
 
 
 def _aws_environment() -> dict[str, str]:
@@ -1156,7 +1157,7 @@ def cmd_console(args: argparse.Namespace) -> int:
         from reminders import db
 
         return db.connect(settings.database_url, prepare=settings.db_prepare,
-                          application_name="reminders-console")
+                          application_name="reminders-console", readable_instants=True)
 
     serve.run(serve.ConsoleContext(connect=connect, now=clock.now,
                                    queues=lambda: operator.queue_counts(settings),

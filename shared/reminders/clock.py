@@ -51,7 +51,11 @@ def require_aware(value: datetime, name: str) -> datetime:
 
 
 def iso(value: datetime) -> str:
-    """An instant as ISO-8601 in UTC with ``Z``, as every JSON answer writes it."""
+    """An instant as ISO-8601 in UTC with ``Z``, as every JSON answer writes it (one Python
+    cannot hold, read off a row written by hand, as Postgres wrote it, marked so)."""
+    written = getattr(value, "written", None)
+    if written is not None:
+        return f"{written} (outside the years 1-9999)"
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 

@@ -72,6 +72,7 @@ class TickSummary:
     passes: int = 0   # lease-and-publish passes this tick
     paused_overdue_seconds: float | None = 0.0  # the oldest due delivery of a paused tenant
     purged: int = 0   # terminal deliveries past their kind's retention removed this tick
+    unreadable: int = 0  # due deliveries failed alone: their instant is outside years 1-9999
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
     def as_json(self) -> dict[str, Any]:
@@ -156,6 +157,7 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
         summary.poisoned += row["state"] == "dead" and not row["tried"]
     started = time.monotonic()
     before = min(deadline, started + max(1.0, (deadline - started) * BEFORE_DRAIN_SHARE))
+    park_unreadable(conn, now, summary, limits.inflight_budget)
     if time.monotonic() < before:
         advance_series(rt, conn, now, summary, before)
     if time.monotonic() < before:
@@ -181,6 +183,21 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
+
+
+def park_unreadable(conn: db.Connection, now: datetime, summary: TickSummary,
+                    limit: int) -> None:
+    """Fail, each alone with its reason, the due deliveries whose instant no component can
+    hold (written before the entry checks, or by hand): they would fail every pass that leased
+    them and every read that loaded them. Bounded by ``limit``; the rest go next tick."""
+    with db.transaction(conn):
+        parked = db.fetch_all(conn, "due_unreadable", {"now": now, "limit": limit})
+        if parked:
+            db.execute(conn, "events_add", {
+                "now": now, "actor": "scanner", "tenants": [r["tenant"] for r in parked],
+                "ids": [r["id"] for r in parked], "events": ["failed"] * len(parked),
+                "details": ["its due instant is outside the years 1-9999"] * len(parked)})
+    summary.unreadable = len(parked)
 
 
 def _bounded(conn: db.Connection, ends: float, work: Callable[[], T], *,

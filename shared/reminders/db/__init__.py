@@ -51,8 +51,8 @@ logging.getLogger("psycopg").addFilter(_SecondPipelineError())
 before_statement: Callable[[str], None] | None = None
 
 
-def connect(url: str, *, prepare: bool = False,
-            application_name: str = "reminders") -> Connection:
+def connect(url: str, *, prepare: bool = False, application_name: str = "reminders",
+            readable_instants: bool = False) -> Connection:
     """Open an autocommit connection with dict rows; :func:`transaction` groups work.
 
     Nothing but the application name goes in the startup packet: RDS Proxy refuses libpq's
@@ -61,7 +61,11 @@ def connect(url: str, *, prepare: bool = False,
     are the login's role settings, which the migrator writes (:func:`configure_login`).
     ``prepare`` turns psycopg's automatic server-side prepared statements on: only for a
     connection that reaches Postgres directly (behind a pooler they pin the connection, or
-    break, since the next transaction may run on another server connection)."""
+    break, since the next transaction may run on another server connection).
+    ``readable_instants``: an instant Python cannot hold (before year 1, after 9999,
+    ``infinity``; written by hand or before the entry checks) loads as an
+    :class:`~reminders.db.instants.UnreadableInstant` instead of failing the whole read: for
+    the operator's reads, which show every row."""
     try:
         conn: Connection = psycopg.connect(
             url,
@@ -83,6 +87,10 @@ def connect(url: str, *, prepare: bool = False,
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"DATABASE_URL is not a valid connection string: "
                           f"{_first_line(exc)}") from exc
+    if readable_instants:
+        from reminders.db.instants import load_every_instant
+
+        load_every_instant(conn)
     return conn
 
 

@@ -332,6 +332,43 @@ where t.tenant is not null
   and exists (select 1 from due_queue q
               where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s);
 
+-- name: due_unreadable
+-- CROSS-TENANT, bounded by the limit: due entries whose instant no component can hold (before
+-- year 1 or after 9999, 'infinity' included: psycopg, Python and JSON readers all refuse them),
+-- written before the entry checks or by hand. Each such delivery fails alone, with the reason
+-- (which keeps the instant as written; the row then holds the nearest one every reader loads),
+-- instead of failing every pass that leases it or every read that loads it. Two index ranges
+-- per tenant with due entries (each tenant's lowest and highest entries), nothing else read.
+with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
+    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    union all
+    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+            order by q.tenant limit 1)
+    from queued t where t.tenant is not null
+), bad as (
+    select o.id from queued t cross join lateral (
+        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null
+           and q.due_at < '0001-01-01 00:00:00+00'::timestamptz order by q.due_at limit %(limit)s)
+        union all
+        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null
+           and q.due_at > '9999-12-31 23:59:59.999999+00'::timestamptz order by q.due_at desc limit %(limit)s)) o
+    where t.tenant is not null
+    limit %(limit)s
+), parked as (
+    select d.id from deliveries d where d.id = any(array(select id from bad))
+      and d.state in ('scheduled', 'retrying')
+    for update of d skip locked
+)
+update deliveries d set state = 'failed',
+    reason = 'its due instant cannot be read back: ' || d.due_at::text
+             || ' is outside the years 1-9999 (UTC) that every component holds',
+    -- kept in the reason; the row holds the nearest instant every reader can load
+    due_at = greatest(least(d.due_at, '9999-12-31 23:59:59.999999+00'::timestamptz),
+                      '0001-01-01 00:00:00+00'::timestamptz),
+    advance_series = false, updated_at = %(now)s
+where d.id = any(array(select id from parked))
+returning d.id, d.tenant;
+
 -- name: live_leases
 -- The in-flight budget's other half: live leases, pending (not taken by a consumer yet) and
 -- taken, each read off its expiry index (there are never more than the budget).
@@ -365,6 +402,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     cross join lateral (
         select q.id, q.due_at from due_queue q
         where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+          and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz  -- outside 1-9999: due_unreadable parks it
         order by q.due_at, q.id
         limit %(share)s
         for update skip locked
@@ -564,6 +602,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     from queued t cross join lateral (
         select q.due_at from due_queue q
         where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+          and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
         order by q.due_at, q.id limit 1) o
     where t.tenant is not null
 )
@@ -582,6 +621,7 @@ select extract(epoch from %(now)s - least(
            select 1 from firsts f cross join lateral (
                select 1 from due_queue q
                where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s
+                 and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
                limit %(cap)s) o
            where not f.paused
            limit %(cap)s) c) as overdue;
@@ -775,6 +815,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
 )
 select min(o.due_at) as at from queued t cross join lateral (
     select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+      and q.due_at between '0001-01-01 00:00:00+00'::timestamptz and '9999-12-31 23:59:59.999999+00'::timestamptz
     order by q.due_at, q.id limit 1) o
 where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant);
 
@@ -790,6 +831,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
 )
 select least((select min(o.due_at) from queued t cross join lateral (  -- a probe a tenant
                   select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+                    and q.due_at between '0001-01-01 00:00:00+00'::timestamptz and '9999-12-31 23:59:59.999999+00'::timestamptz
                   order by q.due_at, q.id limit 1) o where t.tenant is not null),
              (select min(expires_at) from due_queue where token is not null),
              (select min(lease_expires_at) from deliveries where state = 'leased')) as at;
@@ -814,9 +856,10 @@ select (select count(*) from deliveries
 select extract(epoch from %(now)s - least(
            (select min(due_at) from deliveries
             where state in ('scheduled', 'retrying') and due_at <= %(now)s
-              and %(tenant)s::text is null),
+              and due_at >= '0001-01-01 00:00:00+00'::timestamptz and %(tenant)s::text is null),
            (select q.due_at from due_queue q
             where q.tenant = %(tenant)s and q.token is null and q.due_at <= %(now)s
+              and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
             order by q.due_at, q.id limit 1),
            (select min(due_at) from due_queue
             where token is not null and due_at <= %(now)s
