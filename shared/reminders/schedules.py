@@ -139,7 +139,7 @@ def _first(recurrence: Recurrence | None, now: datetime, *,
            inclusive: bool) -> datetime | None:
     if recurrence is None:
         return None
-    from reminders.series import first_due
+    from reminders.recurrence import first_due
 
     first = first_due(recurrence, now, inclusive=inclusive)
     return first.utc if first is not None else None

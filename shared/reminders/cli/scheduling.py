@@ -155,7 +155,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         _plain_text(args.key, "--key")
     now = _now()
     if recurrence is not None:
-        from reminders.series import first_due
+        from reminders.recurrence import first_due
 
         if first_due(recurrence, now) is None:
             raise InvalidInput("--rrule: no occurrence at or after now "
