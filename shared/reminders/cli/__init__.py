@@ -24,6 +24,7 @@ from reminders.cli.common import (
     _Parser,
     _stdout_gone,
     emit,
+    escape_what_stdout_cannot_encode,
     parse_duration,
     terminal_safe,
 )
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", os.environ["LOG_LEVEL"])
+    escape_what_stdout_cannot_encode()
     raw = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(_join_negative_values(raw))

@@ -57,7 +57,23 @@ EXIT_STATUSES = (
 
 
 def _json_text(data: Any) -> str:
-    return json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    """Non-ASCII as itself where stdout takes it, else as JSON's own ``\\u`` escapes (still
+    the same JSON, where a stdout replacing what it cannot encode would break it)."""
+    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return json.dumps(data, indent=2, default=str, ensure_ascii=True)
+    return text
+
+
+def escape_what_stdout_cannot_encode() -> None:
+    """On a stdout that takes only ASCII (``PYTHONIOENCODING=ascii``, a C locale), text
+    shows what it cannot encode as ``\\xe9``, as stderr always does, rather than failing."""
+    import io
+
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
 
 
 def terminal_safe(text: str) -> str:

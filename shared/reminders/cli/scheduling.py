@@ -25,6 +25,7 @@ from reminders.cli.common import (
 )
 from reminders.cli.recovery import _operator
 from reminders.errors import InvalidInput
+from reminders.payloads import MAX_DEPTH
 
 _FLAG_FOR_FIELD = {"rrule:": "--rrule:", "tz:": "--tz:", "local_start:": "--start:",
                    "gap:": "--gap:", "overlap:": "--overlap:", "count:": "--count:"}
@@ -113,6 +114,9 @@ def _payload(text: str | None) -> dict[str, Any] | None:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError as exc:
         raise InvalidInput(f"--payload is not JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses once per level
+        raise InvalidInput(f"--payload: nested too deeply (objects and arrays at most "
+                           f"{MAX_DEPTH} levels)") from None
     if not isinstance(value, dict):
         raise InvalidInput("--payload must be a JSON object")
     from reminders.schedules import validate_payload
