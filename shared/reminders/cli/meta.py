@@ -6,44 +6,46 @@ import argparse
 import sys
 from typing import Any
 
-from reminders.cli.common import _json_flag, emit
+from reminders.cli.common import STATES_FOR_CLI, _json_flag, emit
+
+SHELLS = ("bash", "zsh", "fish")
 
 
-def completion_script(parser: argparse.ArgumentParser) -> str:
-    """A bash completion for every command, subcommand and option, built from the parser."""
-    words: dict[str, list[str]] = {}
+def _states_completion() -> dict[str, str]:
+    """How each shell completes a delivery state (``--state`` is checked by the command, not
+    by argparse, so its values are given to the shells here)."""
+    words = " ".join(STATES_FOR_CLI)
+    return {"bash": "_reminders_states", "zsh": f"({words})",
+            "fish": f"(printf '%s\\n' {words})"}
 
-    def walk(p: argparse.ArgumentParser, path: str) -> None:
-        options = [o for a in p._actions for o in a.option_strings if o.startswith("--")]
-        subs: list[str] = []
-        for action in p._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, child in action.choices.items():
-                    subs.append(name)
-                    walk(child, f"{path} {name}".strip())
-        words[path] = subs + options
 
-    walk(parser, "")
-    cases = "\n".join(f'        "{path}") opts="{" ".join(w)}" ;;' for path, w in words.items())
-    return f"""# bash completion for reminders: eval "$(reminders completion bash)"
-_reminders() {{
-    local cur path w opts
-    cur="${{COMP_WORDS[COMP_CWORD]}}"
-    path=""
-    for w in "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"; do
-        case "$w" in -*) ;; *) [[ -n "$path" ]] && path="$path $w" || path="$w" ;; esac
-    done
-    case "$path" in
-{cases}
-        *) opts="" ;;
-    esac
-    COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
-}}
-complete -F _reminders reminders"""
+_PREAMBLE = {"bash": "_reminders_states() {\n    compgen -W \"" + " ".join(STATES_FOR_CLI)
+             + "\" -- \"$1\"\n}\n"}
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script for ``shell``, generated from the parser by shtab: every command,
+    subcommand and option, an option's choices (channels, policies, --as), and the states."""
+    import shtab
+
+    for action in _walk_actions(parser):
+        if action.dest == "state" and action.option_strings:
+            action.complete = _states_completion()  # type: ignore[attr-defined]
+    return shtab.complete(parser, shell=shell, preamble=_PREAMBLE)  # type: ignore[arg-type]
+
+
+def _walk_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    found: list[argparse.Action] = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found += _walk_actions(child)
+    return found
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    print(completion_script(args.root_parser))
+    print(completion_script(args.root_parser, args.shell))
     return 0
 
 
@@ -58,10 +60,14 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("completion", help="shell completion: eval \"$(reminders completion "
-                                          "bash)\"",
-                       description="E.g. `eval \"$(reminders completion bash)\"` in ~/.bashrc.")
-    p.add_argument("shell", choices=["bash"], help="the shell (bash)")
+    p = sub.add_parser("completion", help="shell completion for bash, zsh or fish, e.g. "
+                                          "eval \"$(reminders completion bash)\"",
+                       description="Print the completion script for a shell, generated from "
+                                   "the parser. E.g. `eval \"$(reminders completion bash)\"` in "
+                                   "~/.bashrc; `reminders completion zsh > "
+                                   "\"${fpath[1]}/_reminders\"`; `reminders completion fish > "
+                                   "~/.config/fish/completions/reminders.fish`.")
+    p.add_argument("shell", choices=SHELLS, help="the shell: bash, zsh or fish")
     p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("version", help="versions, including the time-zone data",
