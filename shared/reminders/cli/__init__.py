@@ -26,6 +26,7 @@ from reminders.cli.common import (
     emit,
     escape_what_stdout_cannot_encode,
     parse_duration,
+    settle_output,
     terminal_safe,
 )
 from reminders.cli.drills import DRILLS
@@ -86,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.func, args.json = cmd_version, False
     elif args.command is None:
         parser.error("give a command, e.g. `reminders status`")
+    contradiction = settle_output(args)
+    if contradiction is not None:
+        parser.error(contradiction)
     if (args.stack or args.ops_function) and args.command is not None:
         command = str(args.command) + (f" {args.action}" if args.command == "tenants" else "")
         if command not in REMOTE_COMMANDS:

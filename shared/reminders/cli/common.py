@@ -56,14 +56,14 @@ EXIT_STATUSES = (
     "4 partial failure; 5 the database or AWS unreachable; 6 a conflict, try again.")
 
 
-def _json_text(data: Any) -> str:
+def _json_text(data: Any, indent: int | None = 2) -> str:
     """Non-ASCII as itself where stdout takes it, else as JSON's own ``\\u`` escapes (still
     the same JSON, where a stdout replacing what it cannot encode would break it)."""
-    text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+    text = json.dumps(data, indent=indent, default=str, ensure_ascii=False)
     try:
         text.encode(sys.stdout.encoding or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        return json.dumps(data, indent=2, default=str, ensure_ascii=True)
+        return json.dumps(data, indent=indent, default=str, ensure_ascii=True)
     return text
 
 
@@ -83,12 +83,33 @@ def terminal_safe(text: str) -> str:
 
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
-    """JSON exactly (its escapes are the data's), or the text with whatever a terminal would
-    act on shown as a visible escape."""
-    if getattr(args, "json", False) or text is None:
+    """JSON exactly (its escapes are the data's); with ``-o jsonl`` one compact value a line (a
+    list's items each on its own); else the text with whatever a terminal would act on shown
+    as a visible escape."""
+    output = getattr(args, "output", None)
+    if output == "jsonl":
+        for item in data if isinstance(data, list) else [data]:
+            print(_json_text(item, indent=None))
+    elif getattr(args, "json", False) or text is None:
         print(_json_text(data))
     else:
         print(terminal_safe(text))
+
+
+OUTPUTS = ("json", "jsonl", "text")
+
+
+def settle_output(args: argparse.Namespace) -> str | None:
+    """``--json`` is ``-o json``; ``-o json`` and ``-o jsonl`` set ``args.json`` (what the
+    commands read). Returns what contradicts, if anything."""
+    output = getattr(args, "output", None)
+    if getattr(args, "json", False):
+        if output == "text":
+            return "--json and -o text contradict each other; give one"
+        args.output = output or "json"
+    elif output in ("json", "jsonl"):
+        args.json = True
+    return None
 
 
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
@@ -257,7 +278,9 @@ def _local_aws(env: dict[str, str]) -> bool:
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("-o", "--output", choices=OUTPUTS,
+                   help="json, jsonl (one compact JSON value a line) or text (default)")
+    p.add_argument("--json", action="store_true", help="print JSON (as -o json)")
 
 
 def _reason_flag(p: argparse.ArgumentParser) -> None:

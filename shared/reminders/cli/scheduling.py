@@ -15,7 +15,6 @@ from reminders.cli.common import (
     _count,
     _instant,
     _json_flag,
-    _json_text,
     _now,
     _Parser,
     _plain_text,
@@ -171,7 +170,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             payload=payload, revision=args.revision, key=args.key, now=now)
     data = result.as_json()
     if args.json:
-        print(_json_text(data))
+        emit(args, data)
         return 0
     if len(result.deliveries) > 20:
         data["deliveries"] = f"{len(result.deliveries)} deliveries"
