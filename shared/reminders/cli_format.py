@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -29,6 +29,16 @@ def duration(value: float | timedelta | None, *, none: str = "never") -> str:
     return sign + "".join(parts)
 
 
+def instant(value: datetime, *, microseconds: bool = False) -> str:
+    """An instant in UTC with ``Z``, to the second unless ``microseconds`` (a naive one, a
+    local wall-clock time, as it is)."""
+    if not microseconds:
+        value = value.replace(microsecond=0)
+    if value.tzinfo is None:
+        return value.isoformat()
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
 def _width(text: str) -> int:
     """Terminal columns: East Asian wide characters take two, combining marks none."""
     total = 0
@@ -45,6 +55,10 @@ def cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return instant(value)
+    if isinstance(value, timedelta):
+        return duration(value)
     text = str(value)
     if any(unicodedata.category(ch) == "Cc" for ch in text):
         text = "".join(ch if unicodedata.category(ch) != "Cc" else repr(ch)[1:-1] for ch in text)

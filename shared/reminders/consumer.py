@@ -26,6 +26,7 @@ from typing import Any
 from reminders import db, retry
 from reminders.batch import parse, partial_response
 from reminders.channels.base import Message, Outcome, SendResult
+from reminders.cli_format import duration
 from reminders.clock import TimeLeft, iso
 from reminders.endpoints import signing_secrets
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
@@ -98,7 +99,7 @@ def content_check(row: db.Row, now: datetime) -> Decision:
     if stale_after is not None and now > row["occurrence_at"] + stale_after:
         return Decision("settle", "stale", f"missed its window: due "
                                            f"{iso(row['occurrence_at'])}, "
-                                           f"stale after {stale_after}")
+                                           f"stale after {duration(stale_after)}")
     if row["recurring"]:
         from reminders.series import superseded_by
 

@@ -71,6 +71,8 @@ def error_line(exc: BaseException) -> tuple[int, str]:
         return EXIT_USAGE, f"Postgres refused the input: {first_line(exc)}"
     if isinstance(exc, OverflowError):
         return EXIT_USAGE, "a date or number is out of range"
+    if isinstance(exc, RecursionError):
+        return EXIT_USAGE, "the input is nested too deeply"
     if isinstance(exc, OSError):
         return EXIT_UNAVAILABLE, f"{type(exc).__name__}: {first_line(exc)}"
     return EXIT_NOT_DONE, (f"unexpected {type(exc).__name__}: {first_line(exc)} "

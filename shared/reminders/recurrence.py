@@ -729,3 +729,9 @@ def _require_aware(value: object, name: str) -> datetime:
             f"{name}: must carry a UTC offset or zone, got naive {value.isoformat()!r}"
         )
     return value.astimezone(UTC)
+
+
+def first_due(rec: Recurrence, now: datetime, *, inclusive: bool = True) -> Occurrence | None:
+    """A new series starts at its first occurrence at or after now; a re-ruled one strictly
+    after now (what was due at this very instant went out under the old rule)."""
+    return rec.next_after(now - timedelta(microseconds=1) if inclusive else now)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from reminders import db
 from reminders.channels.addresses import check_url_characters
+from reminders.cli_format import duration
 from reminders.clock import iso, require_aware
 from reminders.errors import InvalidInput
 from reminders.payloads import MAX_DEPTH, check_payload
@@ -139,7 +140,7 @@ def _first(recurrence: Recurrence | None, now: datetime, *,
            inclusive: bool) -> datetime | None:
     if recurrence is None:
         return None
-    from reminders.series import first_due
+    from reminders.recurrence import first_due
 
     first = first_due(recurrence, now, inclusive=inclusive)
     return first.utc if first is not None else None
@@ -282,13 +283,14 @@ def set_kind(conn: db.Connection, *, name: str, now: datetime,
     if redrive_budget is not None and not 0 <= redrive_budget <= 100:
         raise InvalidInput(f"redrive budget must be between 0 and 100, got {redrive_budget}")
     if retention is not None and retention < timedelta(hours=1):
-        raise InvalidInput(f"retention must be at least an hour, got {retention}")
+        raise InvalidInput(f"retention must be at least an hour, got {duration(retention)}")
     for label, value in (("stale after", stale_after), ("backoff base", backoff_base),
                          ("backoff cap", backoff_cap)):
         if isinstance(value, timedelta) and value <= timedelta(0):
-            raise InvalidInput(f"{label} must be positive, got {value}")
+            raise InvalidInput(f"{label} must be positive, got {duration(value)}")
     if backoff_base and backoff_cap and backoff_base > backoff_cap:
-        raise InvalidInput(f"backoff base {backoff_base} is above the cap {backoff_cap}")
+        raise InvalidInput(f"backoff base {duration(backoff_base)} is above the cap "
+                           f"{duration(backoff_cap)}")
     row = db.fetch_one(conn, "kind_upsert", {
         "name": name, "stale_after": None if isinstance(stale_after, _Keep) else stale_after,
         "stale_after_given": not isinstance(stale_after, _Keep), "max_attempts": max_attempts,

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from reminders import db
 from reminders.errors import Conflict, DatabaseUnavailable, RemindersError
 from reminders.observability import logger
-from reminders.recurrence import Occurrence, Recurrence
+from reminders.recurrence import Occurrence, Recurrence, first_due
 from reminders.schedules import Plan, insert_deliveries
 
 MAX_CATCH_UP = 500  # missed occurrences looked at (and recorded as skipped) per advance
@@ -24,12 +24,6 @@ def recurrence_of(row: db.Row) -> Recurrence:
     """The stored rule of a schedule row (validated when it was saved)."""
     return Recurrence(rrule=row["rrule"], tz=row["tz"], local_start=row["local_start"],
                       gap=row["gap_policy"], overlap=row["overlap_policy"])
-
-
-def first_due(rec: Recurrence, now: datetime, *, inclusive: bool = True) -> Occurrence | None:
-    """A new series starts at its first occurrence at or after now; a re-ruled one strictly
-    after now (what was due at this very instant went out under the old rule)."""
-    return rec.next_after(now - timedelta(microseconds=1) if inclusive else now)
 
 
 def superseded_by(row: db.Row, now: datetime) -> Occurrence | None:

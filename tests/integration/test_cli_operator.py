@@ -499,16 +499,6 @@ def test_an_endpoint_is_rotated_and_removed(cli: Cli, conn: db.Connection) -> No
     assert cli("endpoints", "list").out == "no endpoints\n"
 
 
-def test_bash_completion_knows_every_command(tmp_path: Path) -> None:
-    script = Cli(base_env(tmp_path))("completion", "bash")
-    assert script.code == 0 and "complete -F _reminders reminders" in script.out
-    probe = (f"{script.out}\nCOMP_WORDS=(reminders tenants ''); COMP_CWORD=2; _reminders; "
-             "echo \"${COMPREPLY[@]}\"; COMP_WORDS=(reminders list --st); COMP_CWORD=2; "
-             "_reminders; echo \"${COMPREPLY[@]}\"")
-    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30)
-    assert out.stdout.splitlines() == ["pause resume list --help", "--state"]
-
-
 def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connection) -> None:
     made = cli(*EMAIL, "--recipients", "a@example.com,b@example.com", "--key", "k1",
                "--json").json()

@@ -80,3 +80,15 @@ def test_what_a_terminal_would_act_on_is_shown_as_escapes() -> None:
     raw = "503 \x1b]0;owned\x07\x1b[2J\x9b31m \u202eevil\x7f"
     assert terminal_safe(raw) == "503 \\x1b]0;owned\\x07\\x1b[2J\\x9b31m \\u202eevil\\x7f"
     assert terminal_safe("two\nlines\tand tabs, Łukasz 用户") == "two\nlines\tand tabs, Łukasz 用户"
+
+
+def test_a_table_shows_instants_without_microseconds_and_durations_short() -> None:
+    from datetime import UTC, datetime
+
+    from reminders.cli_format import cell
+
+    at = datetime(2027, 3, 1, 9, 0, 5, 123456, tzinfo=UTC)
+    assert cell(at) == "2027-03-01T09:00:05Z"
+    assert cell(timedelta(hours=1)) == "1h"
+    got = table(["created", "window"], [(at, timedelta(minutes=90))])
+    assert got.splitlines()[1] == "2027-03-01T09:00:05Z  1h30m"

@@ -32,7 +32,7 @@ from starlette.templating import Jinja2Templates
 from reminders import db, operator
 from reminders.cli_format import duration
 from reminders.console.charts import lateness_svg
-from reminders.console.serve import (
+from reminders.console.context import (
     ACCESS_COOKIE,
     ACCESS_PARAMETER,
     Access,

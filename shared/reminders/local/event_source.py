@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reminders.errors import RemindersError
 from reminders.observability import logger
 from reminders.queue import Queue
 
@@ -146,16 +147,19 @@ class EventSource:
         except Exception as exc:  # noqa: BLE001 (an invocation error fails the batch, as in Lambda)
             self._observed(began, error=True)
             self.counts.add_error(error_text(exc))
-            logger.error("invocation failed", exc_info=True, extra={
-                "function": self.function_name, "error_type": type(exc).__name__,
-                "error": str(exc), "records": len(messages), "message_ids": sorted(ids)})
+            # A domain error (Postgres down, a bad setting) is its message; only a bug's
+            # traceback says more than the line that names it.
+            logger.error("invocation failed", exc_info=not isinstance(exc, RemindersError),
+                         extra={"function": self.function_name,
+                                "error_type": type(exc).__name__, "error": str(exc),
+                                "records": len(messages), "message_ids": sorted(ids)})
             return ids
         self._observed(began, error=False)
         try:
             return failed_ids(answer, ids)
         except InvalidBatchResponse as exc:  # the function ran; Lambda fails the whole batch
             self.counts.add_error(error_text(exc))
-            logger.error("invocation failed", exc_info=True, extra={
+            logger.error("invocation failed", extra={  # the answer's fault, named in full
                 "function": self.function_name, "error_type": type(exc).__name__,
                 "error": str(exc), "records": len(messages), "message_ids": sorted(ids)})
             return ids

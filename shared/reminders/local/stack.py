@@ -417,7 +417,7 @@ def prepare_aws(endpoint_url: str, prefix: str = "reminders", *,
     maxReceiveCount (the tests use 2, the dead-letter queue keeping twice that); None keeps the
     template's. Where no template can be had (the CDK not installed, as after `make demo`'s
     set-up), the three queues are made by hand (:func:`create_queues`) with the same values."""
-    from reminders.local.roles import SELF_PUBLISHING, TemplateError, synthesized_template
+    from reminders.local.synth import SELF_PUBLISHING, TemplateError, synthesized_template
 
     sqs = aws_client("sqs", endpoint_url)
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from reminders.local.roles import LOCAL_RESOURCES
+from reminders.local.synth import LOCAL_RESOURCES
 from reminders.local.twin.template import (
     PlanError,
     boolean,

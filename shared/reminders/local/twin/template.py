@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reminders.local.roles import TemplateError
+from reminders.local.synth import TemplateError
 
 Resources = Mapping[str, Mapping[str, Any]]
 

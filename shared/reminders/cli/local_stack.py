@@ -1,0 +1,205 @@
+"""The local stack and the pipeline on it: ``migrate``, ``local up|down``, ``tick``, ``work``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from reminders.cli.common import (
+    _conn,
+    _json_flag,
+    _Parser,
+    _runtime,
+    _seconds,
+    _settings,
+    emit,
+    environment,
+)
+from reminders.outcome import EXIT_NOT_DONE, EXIT_PARTIAL_FAILURE
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from reminders.db import migrate
+
+    with _conn() as conn:
+        applied = migrate.apply(conn, _settings().db_schema)
+    emit(args, {"applied": applied}, f"applied migrations: {applied or 'none (up to date)'}")
+    return 0
+
+
+def cmd_local_up(args: argparse.Namespace) -> int:
+    from reminders.local import stack
+
+    if args.explain:
+        return _explain(args)
+    running, restarted = stack.start()
+    if args.env:  # for a shell's eval: the receiver's URL and secret as variables
+        from shlex import quote
+
+        print("\n".join([*(f"# {line}" for line in restarted.values()),
+                         *(f"export {k}={quote(v)}" for k, v in running.shell_env().items())]))
+        return 0
+    emit(args, {**running.as_json(), "restarted": list(restarted)}, "\n".join(
+        [*restarted.values(), "local stack running:"]) + "\n" + "\n".join(
+        f"  {k}={v}" for k, v in running.env().items() if not k.startswith("AWS_") or
+        k == "AWS_ENDPOINT_URL") + f"\n  webhook receiver secret: {running.receiver_secret}"
+        f"\n  webhook receiver: {running.receiver_url}")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """How each resource type of the synthesized template runs on this machine."""
+    from reminders.local.roles import TemplateError, synthesized_template
+    from reminders.local.twin import explain
+
+    try:
+        template = synthesized_template({})
+    except TemplateError as exc:
+        print(f"reminders: cannot explain: {exc}", file=sys.stderr)
+        return 2
+    lines = explain.explain(template)
+    emit(args, {"resources": explain.as_json(lines)}, explain.as_text(lines))
+    return 0
+
+
+def cmd_local_down(args: argparse.Namespace) -> int:
+    from reminders.local import stack
+
+    found = stack.stop()  # None: no stack was recorded; else what had already ended
+    emit(args, {"stopped": found is not None, "not_running": list(found or {})},
+         "nothing was running" if found is None else
+         "\n".join([*found.values(), "local stack stopped"]))
+    return 0
+
+
+def _local_alarms(rt: Any) -> Any:
+    """On a moto server on this machine (the local stack's, or a test's), the template's
+    alarms watch the command: its handlers' metrics and invocations, and the queues sampled
+    once it ends, evaluated and kept in REMINDERS_HOME for ``reminders status`` and the
+    console. Against AWS, or without a template, nothing (CloudWatch has the real ones)."""
+    from contextlib import nullcontext
+    from urllib.parse import urlsplit
+
+    from reminders import config
+    from reminders.local import stack
+    from reminders.local.twin import watch
+
+    endpoint = environment().get("AWS_ENDPOINT_URL") or ""
+    if urlsplit(endpoint).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return nullcontext(None)
+    template, _ = watch.watch_template()
+    if template is None:
+        return nullcontext(None)
+    urls = config.require_queues(rt.settings)
+    try:
+        watching = watch.AlarmWatch.for_local_queues(
+            template, rt.clock, endpoint_url=endpoint, sqs=rt.deliveries.client,
+            deliveries_url=urls.deliveries, simulated=False)
+    except ValueError:  # queues named otherwise than the template's: not the local stack's
+        return nullcontext(None)
+    rt.metrics = watching.metrics
+    return watch.persisted(watching, watch.alarms_path(stack.home()))
+
+
+def cmd_tick(args: argparse.Namespace) -> int:
+    from reminders.local import pipeline
+
+    rt = _runtime()
+    with _local_alarms(rt) as observe:
+        summary = pipeline.tick(rt, observe=observe)
+    emit(args, summary, f"leased {summary['leased']}, published {summary['published']}, "
+                        f"released {summary['released']}, "
+                        f"reclaimed {_counts_text(summary['reclaimed'])}")
+    return 0
+
+
+WORK_EXIT_STATUSES = (
+    "exit status: 0 the queues emptied and no record failed; 1 the queues did not empty within "
+    "the bounds; 4 some records failed or an invocation raised (a partial failure: the counts "
+    "and the first error go to stderr, and the failed records are retried, dead-lettered or "
+    "parked as in Lambda); 2 a bad argument; 5 the database or AWS unreachable.")
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    from reminders.local import pipeline
+
+    rt = _runtime()
+    with _local_alarms(rt) as observe:
+        summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe)
+    emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
+                        f"redrive: {_work_counts(summary['redrive'])}; "
+                        + ("queues empty" if summary["idle"] else "queues not empty"))
+    not_idle = f"the queues did not empty within {args.max_seconds:g}s"
+    if summary["failed_records"] or summary["invocation_errors"]:
+        tail = "" if summary["idle"] else f"; {not_idle}"
+        sys.stderr.write(f"reminders: work: partial failure: {_work_failures(summary)}{tail}\n")
+        return EXIT_PARTIAL_FAILURE
+    if not summary["idle"]:
+        sys.stderr.write(f"reminders: work: {not_idle}\n")
+        return EXIT_NOT_DONE
+    return 0
+
+
+def _counts_text(value: Any) -> str:
+    """``{"unknown": 2, "retrying": 1}`` as ``2 unknown, 1 retrying``; a number as itself."""
+    if isinstance(value, dict):
+        parts = [f"{n} {name}" for name, n in value.items() if n]
+        return ", ".join(parts) if parts else "0"
+    return str(value)
+
+
+def _work_counts(counts: dict[str, Any]) -> str:
+    return (f"{counts['batches']} batches, {counts['records']} records, "
+            f"{counts['failures']} failed, {counts['errors']} invocations raised")
+
+
+def _work_failures(summary: dict[str, Any]) -> str:
+    """One line: per function what failed, then the first invocation error, if one raised."""
+    parts = [f"{name} {summary[name]['failures']} of {summary[name]['records']} records "
+             f"failed, {summary[name]['errors']} invocations raised"
+             for name in ("consumer", "redrive")]
+    first = next((f"{name}: {summary[name]['first_error']}" for name in ("consumer", "redrive")
+                  if summary[name]["first_error"]), None)
+    why = f"first error: {first}" if first else "the handlers' log lines above say why"
+    return "; ".join([*parts, why])
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("migrate", help="apply database migrations",
+                       description="E.g. `DATABASE_URL=postgresql://... reminders migrate`.")
+    _json_flag(p)
+    p.set_defaults(func=cmd_migrate)
+
+    local = sub.add_parser("local", help="the one-machine stack",
+                           description="E.g. `reminders local up`, then `reminders local down`.")
+    local_sub = local.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = local_sub.add_parser("up", help="start Postgres, moto and the webhook receiver",
+                             description="E.g. `eval \"$(reminders local up --env)\"`.")
+    p.add_argument("--env", action="store_true",
+                   help="print DATABASE_URL (and PGHOST, PGPORT, PGDATABASE), RECEIVER_URL and "
+                        "RECEIVER_SECRET as shell exports, for eval")
+    p.add_argument("--explain", action="store_true",
+                   help="start nothing; print, per resource type of the synthesized template, "
+                        "how it runs here (real, stand-in or not run)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_local_up)
+    p = local_sub.add_parser("down", help="stop them",
+                             description="E.g. `reminders local down --json`.")
+    _json_flag(p)
+    p.set_defaults(func=cmd_local_down)
+
+    p = sub.add_parser("tick", help="one scanner pass",
+                       description="E.g. `REMINDERS_NOW=2027-03-01T09:00:00Z reminders tick`.")
+    _json_flag(p)
+    p.set_defaults(func=cmd_tick)
+    p = sub.add_parser("work", help="run the consumer and redrive loops until the queues idle",
+                       description="Feed the queues to the consumer and redrive handlers, as "
+                                   "Lambda's event source mappings do, until the queues are "
+                                   "empty or --max-seconds has passed. E.g. `reminders "
+                                   "work --max-seconds 30 --json`.",
+                       epilog=WORK_EXIT_STATUSES)
+    _json_flag(p)
+    p.add_argument("--max-seconds", type=_seconds, default=60.0,
+                   help="wall-time bound, more than 0 (default: 60)")
+    p.set_defaults(func=cmd_work)
