@@ -916,10 +916,12 @@ select tenant, recipient, channel, created_at from opt_outs
 where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s;
 
 -- name: tenants_list
--- CROSS-TENANT: the operator's list; pending counts read the pending-state index per tenant.
+-- CROSS-TENANT: the operator's list. Pending counts are the kept counts (delivery_counts,
+-- summed over its groups and shards: O(groups) a tenant), never the deliveries themselves, so
+-- a paused tenant's backlog is not walked at every listing.
 select t.id as tenant, t.paused, t.created_at,
-       (select count(*) from deliveries d where d.tenant = t.id
-          and d.state in ('scheduled', 'retrying', 'leased')) as pending,
+       (select coalesce(sum(c.n), 0) from delivery_counts c where c.tenant = t.id
+          and c.state in ('scheduled', 'retrying', 'leased')) as pending,
        (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules
 from tenants t order by t.id limit %(limit)s;
 
