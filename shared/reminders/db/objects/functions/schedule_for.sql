@@ -22,6 +22,20 @@ declare
     new_id bigint;
     size integer;
 begin
+    -- Sizes first, each read off the value's header, before any element is looked at: a
+    -- 300,000-element array costs what a 3-element one does to refuse.
+    if cardinality(recipients) > 50000 then
+        raise exception using errcode = 'RM400', message = format(
+            'recipients: %s elements in one call; the limit is 50000', cardinality(recipients));
+    end if;
+    -- A payload's stored size is at most 8 times its JSON text (a small number in an array is
+    -- 3 characters of text and 12 bytes stored), so past 8 x 16384 its text is past 16384
+    -- too: refused without writing it out.
+    if pg_column_size(payload) > 8 * 16384 then
+        raise exception using errcode = 'RM400', message = format(
+            'payload is %s bytes as stored; the limit is 16384 bytes of JSON text',
+            pg_column_size(payload));
+    end if;
     perform check_tenant(tenant);
     perform check_channel(channel);
     people := check_recipients(recipients);
