@@ -120,6 +120,11 @@ begin
         return;
     end if;
 
+    -- A new schedule: within the tenant's limits (one pending delivery a recipient, now or,
+    -- for a rule the scanner expands, at its first occurrence; none for a rule already over).
+    perform check_quota(tenant, case when expanded and first_at is null and at is null then 0
+                                     else cardinality(people) end, now);
+
     insert into schedule_recipients (schedule_id, tenant, recipient, destination)
     select new_id, tenant, r.recipient, r.destination
     from unnest(people, addresses) as r(recipient, destination);
