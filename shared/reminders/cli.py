@@ -1429,7 +1429,7 @@ def build_parser() -> argparse.ArgumentParser:
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
 
-    tenants = sub.add_parser("tenants", help="list, pause or resume tenants")
+    tenants = sub.add_parser("tenants", help="list, pause, resume tenants or set their limits")
     t_sub = tenants.add_subparsers(dest="action", required=True, parser_class=_Parser)
     for action in ("pause", "resume"):
         p = t_sub.add_parser(action, help=f"{action} a tenant, e.g. `tenants {action} acme`")
@@ -1443,6 +1443,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description="E.g. `reminders tenants list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tenants_list)
+    from reminders import cli_tenants
+    cli_tenants.add_parsers(t_sub)
 
     p = sub.add_parser("opt-outs", help="recipients who opted out")
     o_sub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)

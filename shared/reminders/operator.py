@@ -388,7 +388,8 @@ LIMITS = ("max_pending", "schedules_per_minute")
 KEEP: Any = object()
 
 
-def set_tenant_limits(conn: db.Connection, *, tenant: str | None, now: datetime, actor: str,
+def set_tenant_limits(conn: db.Connection, *, tenant: str | None, now: datetime,
+                      actor: str | None = None,
                       max_pending: int | None = KEEP, schedules_per_minute: int | None = KEEP,
                       via: str = "cli", reason: str | None = None,
                       create: bool = False) -> dict[str, Any]:
