@@ -82,6 +82,9 @@ begin
             coalesce(quote_literal(kind), 'NULL'));
     end if;
     insert into tenants (id) values (tenant) on conflict on constraint tenants_pkey do nothing;
+    -- The tenant's quota lock (check_quota's), before the key is claimed: a call waiting for it
+    -- holds nothing another call of the tenant could wait for (the key's index entry).
+    perform 1 from tenants t where t.id = tenant for no key update;
     -- Two probes of endpoints_tenant_url (the tenant's own, then the shared one), as the
     -- consumer's re-check reads it: never a scan of every tenant's endpoints.
     if channel = 'webhook' and not exists (
