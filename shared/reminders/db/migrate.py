@@ -136,7 +136,8 @@ def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA, *,
         apply_objects(conn)
         db.configure_login(conn, defaults)
         # The application logins grant_tenant mapped: their statement timeout, again.
-        db.fetch_one(conn, "client_logins_configure")
+        if db.fetch_one(conn, "client_logins_configurable"):
+            db.fetch_one(conn, "client_logins_configure")
     return applied_now
 
 

@@ -35,6 +35,11 @@ select version from schema_migrations order by version;
 -- name: migration_record
 insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 
+-- name: client_logins_configurable
+-- Whether configure_client_logins exists (a migrator stopped before it, as an upgrade test's
+-- older release, has none).
+select 1 as present where to_regprocedure('configure_client_logins()') is not null;
+
 -- name: client_logins_configure
 -- Every mapped application login's statement timeout again (configure_client_logins).
 select configure_client_logins() as logins;
