@@ -11,6 +11,11 @@ class InvalidInput(RemindersError, ValueError):
     """Input was rejected; the message names what was wrong. Nothing was written."""
 
 
+class QuotaExceeded(InvalidInput):
+    """A tenant's limit refused the request (pending deliveries, schedules a minute); the
+    message names the limit and its value. Nothing was written."""
+
+
 class NotFound(RemindersError, LookupError):
     """A named thing (delivery key, schedule, kind, endpoint) does not exist."""
 

@@ -374,8 +374,68 @@ def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
 
 def tenants(conn: db.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
     return [{"tenant": r["tenant"], "paused": r["paused"], "pending": int(r["pending"]),
-             "schedules": int(r["schedules"]), "created_at": iso(r["created_at"])}
+             "schedules": int(r["schedules"]), "created_at": iso(r["created_at"]),
+             "max_pending": int(r["max_pending"]),
+             "schedules_per_minute": int(r["schedules_per_minute"]),
+             "default_limits": bool(r["default_limits"])}
             for r in db.fetch_all(conn, "tenants_list", {"limit": limit})]
+
+
+# The largest limit a tenant may be given (a bigint holds it, and nothing reaches it).
+MAX_LIMIT = 10**12
+LIMITS = ("max_pending", "schedules_per_minute")
+# Left as it is (a limit not named); None: back to the deployment's default.
+KEEP: Any = object()
+
+
+def set_tenant_limits(conn: db.Connection, *, tenant: str | None, now: datetime,
+                      actor: str | None = None,
+                      max_pending: int | None = KEEP, schedules_per_minute: int | None = KEEP,
+                      via: str = "cli", reason: str | None = None,
+                      create: bool = False) -> dict[str, Any]:
+    """A tenant's limits on what applications add (the SQL API's check_quota refuses past them
+    with RM429), or, with ``tenant`` None, the deployment's defaults, which apply to every
+    tenant without its own. A limit not given is kept; None gives a tenant the default again
+    (the defaults themselves are always numbers). A change is recorded with who and why."""
+    from reminders import schedules
+    from reminders.errors import InvalidInput
+    from reminders.reasons import checked_reason
+
+    reason = checked_reason(reason, required=False)
+    asked = {"max_pending": max_pending, "schedules_per_minute": schedules_per_minute}
+    for name, value in asked.items():
+        if value is KEEP or (value is None and tenant is not None):
+            continue
+        if value is None:
+            raise InvalidInput(f"{name}: the deployment's default must be a number")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
+            raise InvalidInput(f"{name}: must be a whole number from 0 to {MAX_LIMIT}, "
+                               f"got {value!r}")
+    with db.transaction(conn):
+        if tenant is None:
+            row = db.fetch_one(conn, "tenant_defaults_get")
+        else:
+            schedules.validate_tenant(tenant)
+            row = db.fetch_one(conn, "tenant_get", {"tenant": tenant})
+            if row is None and not create:
+                raise NotFound(f"no tenant {tenant!r} (it has never scheduled anything); "
+                               "pass --create to set its limits before it does")
+            if row is None:
+                db.execute(conn, "tenant_ensure", {"tenant": tenant})
+                row = {"max_pending": None, "schedules_per_minute": None}
+        assert row is not None
+        before = {name: row[name] for name in LIMITS}
+        after = {name: before[name] if asked[name] is KEEP else asked[name] for name in LIMITS}
+        changed = after != before
+        if changed:
+            if tenant is None:
+                db.execute(conn, "tenant_defaults_set", after)
+            else:
+                db.execute(conn, "tenant_limits_set", {**after, "tenant": tenant})
+            record_action(conn, action="limits set", obj="tenant", name=tenant or "*",
+                          tenant=tenant, reason=reason, now=now, who=actor, via=via,
+                          detail={"before": before, "after": after})
+    return {"tenant": tenant, **after, "changed": changed}
 
 
 def tenant(conn: db.Connection, *, tenant: str) -> dict[str, Any]:

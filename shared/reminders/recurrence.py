@@ -51,15 +51,19 @@ to an instant in another zone, so ``occurrence.local == occurrence.utc`` is Fals
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import re
+import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 from typing import Any, Final, Literal, cast, get_args
 from zoneinfo import ZoneInfo
 
+import dateutil.rrule as _dateutil
 from dateutil.rrule import DAILY, MONTHLY, WEEKLY, YEARLY, weekday, weekdays
 from dateutil.rrule import rrule as dateutil_rrule
 
@@ -91,6 +95,96 @@ SCAN_YEARS: Final = 400
 """How far past ``max(after, local_start)`` a query looks, in local calendar years."""
 MIN_START_YEAR: Final = 1900
 MAX_START_YEAR: Final = 2999
+
+MAX_PERIODS_WITHOUT_OCCURRENCE: Final = 5_000
+"""Rule periods (days of a DAILY rule, weeks of a WEEKLY one, ...) one expansion examines in a
+row without finding a slot before it gives up (:class:`ExpansionBound`). dateutil looks for a
+match up to year 9999 when none comes: a never-matching rule cost 0.1-0.3 s of one CPU. 5,000
+periods is 13.7 years of days (a DAILY rule on 29 February waits 8 years across 2100), 96
+years of weeks, 416 years of months: a rule whose occurrences lie further apart than that (a
+DAILY rule on a 29 February that is a Monday) is taken to have none left."""
+DEADLINE_EVERY_PERIODS: Final = 256
+"""How often (in periods) an expansion reads the clock for :func:`expansion_deadline`."""
+
+
+class ExpansionBound(InvalidInput):
+    """A rule examined MAX_PERIODS_WITHOUT_OCCURRENCE periods in a row without a slot."""
+
+
+class ExpansionDeadline(Exception):
+    """The caller's deadline (:func:`expansion_deadline`) passed inside an expansion. Not a
+    :class:`RemindersError`: nothing is wrong with the rule, it is expanded again later."""
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("reminders_expansion_deadline", default=None)
+
+
+@contextlib.contextmanager
+def expansion_deadline(deadline: float | None) -> Iterator[None]:
+    """Expansions inside stop with :class:`ExpansionDeadline` once ``time.monotonic()``
+    passes ``deadline`` (read every DEADLINE_EVERY_PERIODS periods, inside dateutil's own
+    search): the scanner's steps before its drain end on time, however long one rule takes."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+class _Guard:
+    """What one expansion may still examine: periods without a slot, and the deadline."""
+
+    __slots__ = ("deadline", "left", "period_name", "seen")
+
+    def __init__(self, period_name: str) -> None:
+        self.period_name = period_name
+        self.left = MAX_PERIODS_WITHOUT_OCCURRENCE
+        self.seen = 0  # periods examined in all
+        self.deadline = _DEADLINE.get()
+
+    def period(self) -> None:
+        self.left -= 1
+        self.seen += 1
+        if self.left < 0:
+            raise ExpansionBound(
+                f"rrule: no occurrence in {MAX_PERIODS_WITHOUT_OCCURRENCE} {self.period_name}s "
+                f"in a row (the expansion's bound): the rule has none the service can find")
+        if (self.deadline is not None and self.seen % DEADLINE_EVERY_PERIODS == 0
+                and time.monotonic() >= self.deadline):
+            raise ExpansionDeadline("the expansion's deadline passed")
+
+
+class _GuardedIterinfo(_dateutil._iterinfo):
+    """dateutil's per-iteration state, counting each period it builds for a rule that carries
+    a guard (``_reminders_guard``), the only place inside dateutil's search where it can be
+    stopped. Rules without one (nobody else's) behave exactly as before."""
+
+    def _period(self) -> None:
+        guard = getattr(self.rrule, "_reminders_guard", None)
+        if guard is not None:
+            guard.period()
+
+    def ydayset(self, year: int, month: int, day: int) -> Any:
+        self._period()
+        return super().ydayset(year, month, day)
+
+    def mdayset(self, year: int, month: int, day: int) -> Any:
+        self._period()
+        return super().mdayset(year, month, day)
+
+    def wdayset(self, year: int, month: int, day: int) -> Any:
+        self._period()
+        return super().wdayset(year, month, day)
+
+    def ddayset(self, year: int, month: int, day: int) -> Any:
+        self._period()
+        return super().ddayset(year, month, day)
+
+
+# dateutil's rrule._iter builds its state as the module's _iterinfo: the one hook into its
+# search (2.9.0; tests/unit/test_recurrence_bound.py fails if a release moves it).
+_dateutil._iterinfo = _GuardedIterinfo  # type: ignore[misc]
+
 
 _Freq = Literal[0, 1, 2, 3]
 _FREQS: Final[dict[str, _Freq]] = {
@@ -226,7 +320,11 @@ class Recurrence:
             gap=cast(GapPolicy, _policy("gap", gap, get_args(GapPolicy))),
             overlap=cast(OverlapPolicy, _policy("overlap", overlap, get_args(OverlapPolicy))),
         )
-        if recurrence.first() is None:
+        try:
+            first = recurrence.first()
+        except ExpansionBound:  # none within the periods the service looks through
+            first = None
+        if first is None:
             raise InvalidInput(
                 f"rrule: {text!r} produces no occurrence from local_start "
                 f"{start.isoformat()} within {SCAN_YEARS} years (check UNTIL, COUNT and BY* parts)"
@@ -363,11 +461,14 @@ class Recurrence:
             horizon = _add_years(max(lower, self.local_start), SCAN_YEARS)
         offset = (_LAST_YEAR - horizon.year) // _CYCLE_YEARS * _CYCLE_YEARS
         expansion = _dateutil_rule(rule, self.local_start, _add_years(start, offset))
+        guard = _Guard(_PERIOD_NAMES[rule.freq])
+        expansion._reminders_guard = guard  # type: ignore[attr-defined]
         slots: Iterator[datetime] = iter(expansion)
         if rule.count is not None:
             # islice stops after the COUNT-th slot without making dateutil search for another.
             slots = islice(slots, rule.count)
         for slot in slots:
+            guard.left = MAX_PERIODS_WITHOUT_OCCURRENCE  # a slot: the count starts again
             nominal = _add_years(slot, -offset)
             if nominal > horizon:
                 return

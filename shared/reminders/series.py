@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from reminders import db
 from reminders.errors import Conflict, DatabaseUnavailable, RemindersError
 from reminders.observability import logger
-from reminders.recurrence import Occurrence, Recurrence, first_due
+from reminders.recurrence import ExpansionDeadline, Occurrence, Recurrence, first_due
 from reminders.schedules import Plan, insert_deliveries
 
 MAX_CATCH_UP = 500  # missed occurrences looked at (and recorded as skipped) per advance
@@ -108,6 +108,8 @@ def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
                 advance_after_terminal(conn, row["tenant"], int(row["schedule_id"]),
                                        row["recipient"], now, after=row["occurrence_at"])
             advanced += 1
+        except ExpansionDeadline:
+            break  # the time is up inside this series' expansion: it keeps its flag
         except (DatabaseUnavailable, Conflict):
             raise  # not this series' fault: the flag stays for the next pass
         except (RemindersError, ValueError, TypeError, ArithmeticError) as exc:
@@ -138,6 +140,8 @@ def materialise_first(conn: db.Connection, limit: int, now: datetime,
             ref = {"id": row["id"], "tenant": row["tenant"], "now": now}
             try:
                 first = first_due(recurrence_of(row), now)
+            except ExpansionDeadline:
+                break  # the time is up inside this rule's expansion: it is tried next tick
             except (RemindersError, ValueError, TypeError, ArithmeticError) as exc:
                 problem = f"the rule cannot be expanded: {type(exc).__name__}: {exc}"[:300]
                 logger.error("schedule not materialised", extra={"schedule_id": row["id"],

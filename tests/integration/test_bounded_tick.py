@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reminders import db, operator
-from tests.bench.support import add_rows, statement_buffers, untimed
+from tests.bench.support import add_rows, statement_buffers, statement_reads, untimed
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import schedule_webhook
 
@@ -167,3 +167,30 @@ def test_retention_reads_only_what_it_removes_whatever_a_longer_kept_kind_holds(
     left = h.conn.execute("select kind, count(*) as n from deliveries group by kind"
                           " order by kind").fetchall()
     assert left == [{"kind": "kept", "n": 10 + KEPT_ROWS}]
+
+
+def test_tenants_list_counts_pending_from_the_kept_counts_not_a_paused_backlog(
+        harness: Harness) -> None:
+    """``tenants list`` counted each tenant's pending deliveries off the deliveries
+    themselves: a paused tenant's backlog of 100,000 was read whole at every listing."""
+    h = harness
+    _tenants_with_due_work(h, 5, 20)
+    h.conn.execute("insert into tenants (id, paused) values ('held', true)")
+    schedule_webhook(h, "held-start", tenant="held", at=h.clock.now() - timedelta(hours=2))
+    h.conn.execute("vacuum analyze")
+    small = db_reads(h, "tenants_list", {"limit": 1000})
+    sid = h.conn.execute("select id from schedules where tenant = 'held'").fetchone()
+    assert sid is not None
+    add_rows(h.conn, tenant="held", schedule_id=sid["id"], count=PAUSED_BACKLOG,
+             due=h.clock.now() - timedelta(hours=1), first=2)
+    h.conn.execute("vacuum analyze")
+    large = db_reads(h, "tenants_list", {"limit": 1000})
+    assert within(small["buffers"], large["buffers"]), (small, large)
+    assert within(small["rows_read"], large["rows_read"]), (small, large)
+    listed = {r["tenant"]: r["pending"] for r in operator.tenants(h.conn)}
+    assert listed["held"] == PAUSED_BACKLOG + 1
+    assert listed["busy00"] == 20
+
+
+def db_reads(h: Harness, name: str, params: dict[str, Any]) -> dict[str, int]:
+    return statement_reads(h.conn, name, params)

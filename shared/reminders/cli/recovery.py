@@ -193,7 +193,7 @@ def _print_outcome(args: argparse.Namespace, outcome: Outcome) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    tenants = sub.add_parser("tenants", help="list, pause or resume tenants")
+    tenants = sub.add_parser("tenants", help="list, pause, resume tenants or set their limits")
     t_sub = tenants.add_subparsers(dest="action", required=True, parser_class=_Parser)
     for action in ("pause", "resume"):
         p = t_sub.add_parser(action, help=f"{action} a tenant, e.g. `tenants {action} acme`")
@@ -207,6 +207,9 @@ def add_parsers(sub: Any) -> None:
                          description="E.g. `reminders tenants list --json`.")
     _json_flag(p)
     p.set_defaults(func=cmd_tenants_list)
+    from reminders import cli_tenants
+
+    cli_tenants.add_parsers(t_sub)
     p = sub.add_parser("status", help="counts by state and channel, oldest overdue, leases",
                        description="What Postgres knows (counts by state and channel, "
                                    "lateness by tenant, kind and channel, paused tenants, "

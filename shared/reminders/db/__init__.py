@@ -22,6 +22,7 @@ from reminders.errors import (
     DatabaseUnavailable,
     InvalidInput,
     NotFound,
+    QuotaExceeded,
 )
 
 Row = dict[str, Any]
@@ -249,6 +250,7 @@ SQL_API_ERRORS: dict[str, type[InvalidInput] | type[NotFound]] = {
     "RM409": InvalidInput,  # refused by the current state (same key, another request; cancelled)
     "RM404": NotFound,      # no such schedule or delivery key for the tenant
     "RM403": InvalidInput,  # the login is not mapped to a tenant
+    "RM429": QuotaExceeded,  # over a tenant's limit (the message names it and its value)
 }
 
 

@@ -135,6 +135,9 @@ def apply(conn: db.Connection, schema: str = DEFAULT_SCHEMA, *,
             applied_now.append(migration.version)
         apply_objects(conn)
         db.configure_login(conn, defaults)
+        # The application logins grant_tenant mapped: their statement timeout, again.
+        if db.fetch_one(conn, "client_logins_configurable"):
+            db.fetch_one(conn, "client_logins_configure")
     return applied_now
 
 

@@ -35,6 +35,15 @@ select version from schema_migrations order by version;
 -- name: migration_record
 insert into schema_migrations (version, name) values (%(version)s, %(name)s);
 
+-- name: client_logins_configurable
+-- Whether configure_client_logins exists (a migrator stopped before it, as an upgrade test's
+-- older release, has none).
+select 1 as present where to_regprocedure('configure_client_logins()') is not null;
+
+-- name: client_logins_configure
+-- Every mapped application login's statement timeout again (configure_client_logins).
+select configure_client_logins() as logins;
+
 -- name: schema_objects_recorded
 select name, digest from schema_objects;
 
@@ -952,19 +961,37 @@ select at, who, action, object, name, reason from (
 ) latest order by id;
 
 -- name: tenant_get
-select id, paused, created_at from tenants where id = %(tenant)s;
+select id, paused, created_at, max_pending, schedules_per_minute from tenants
+where id = %(tenant)s;
+
+-- name: tenant_limits_set
+-- A tenant's own limits (null: the deployment's default, tenant_defaults).
+update tenants set max_pending = %(max_pending)s, schedules_per_minute = %(schedules_per_minute)s
+where id = %(tenant)s;
+
+-- name: tenant_defaults_get
+select max_pending, schedules_per_minute, client_statement_timeout_ms from tenant_defaults;
+
+-- name: tenant_defaults_set
+update tenant_defaults set max_pending = %(max_pending)s,
+                           schedules_per_minute = %(schedules_per_minute)s;
 
 -- name: opt_out_get
 select tenant, recipient, channel, created_at from opt_outs
 where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s;
 
 -- name: tenants_list
--- CROSS-TENANT: the operator's list; pending counts read the pending-state index per tenant.
+-- CROSS-TENANT: the operator's list. Pending counts are the kept counts (delivery_counts,
+-- summed over its groups and shards: O(groups) a tenant), never the deliveries themselves, so
+-- a paused tenant's backlog is not walked at every listing.
 select t.id as tenant, t.paused, t.created_at,
-       (select count(*) from deliveries d where d.tenant = t.id
-          and d.state in ('scheduled', 'retrying', 'leased')) as pending,
-       (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules
-from tenants t order by t.id limit %(limit)s;
+       (select coalesce(sum(c.n), 0) from delivery_counts c where c.tenant = t.id
+          and c.state in ('scheduled', 'retrying', 'leased')) as pending,
+       (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules,
+       coalesce(t.max_pending, d.max_pending) as max_pending,
+       coalesce(t.schedules_per_minute, d.schedules_per_minute) as schedules_per_minute,
+       t.max_pending is null and t.schedules_per_minute is null as default_limits
+from tenants t cross join tenant_defaults d order by t.id limit %(limit)s;
 
 -- name: tenants_paused
 select id as tenant from tenants where paused order by id;

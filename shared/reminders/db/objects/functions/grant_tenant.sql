@@ -1,4 +1,5 @@
--- The operator maps an application's login role to its tenant (and back).
+-- The operator maps an application's login role to its tenant (and back), and gives the login
+-- its statement timeout (configure_client_login).
 create or replace function grant_tenant(login text, tenant text) returns void
 language plpgsql set search_path from current as $$
 #variable_conflict use_variable
@@ -12,6 +13,7 @@ begin
     insert into tenant_logins as t (login, tenant) values (login, tenant)
     on conflict on constraint tenant_logins_pkey do update set tenant = excluded.tenant,
                                                      granted_at = now();
+    perform configure_client_login(login);
 end $$;
 
 revoke all on function grant_tenant(text, text) from public;

@@ -22,6 +22,20 @@ declare
     new_id bigint;
     size integer;
 begin
+    -- Sizes first, each read off the value's header, before any element is looked at: a
+    -- 300,000-element array costs what a 3-element one does to refuse.
+    if cardinality(recipients) > 50000 then
+        raise exception using errcode = 'RM400', message = format(
+            'recipients: %s elements in one call; the limit is 50000', cardinality(recipients));
+    end if;
+    -- A payload's stored size is at most 8 times its JSON text (a small number in an array is
+    -- 3 characters of text and 12 bytes stored), so past 8 x 16384 its text is past 16384
+    -- too: refused without writing it out.
+    if pg_column_size(payload) > 8 * 16384 then
+        raise exception using errcode = 'RM400', message = format(
+            'payload is %s bytes as stored; the limit is 16384 bytes of JSON text',
+            pg_column_size(payload));
+    end if;
     perform check_tenant(tenant);
     perform check_channel(channel);
     people := check_recipients(recipients);
@@ -68,6 +82,9 @@ begin
             coalesce(quote_literal(kind), 'NULL'));
     end if;
     insert into tenants (id) values (tenant) on conflict on constraint tenants_pkey do nothing;
+    -- The tenant's quota lock (check_quota's), before the key is claimed: a call waiting for it
+    -- holds nothing another call of the tenant could wait for (the key's index entry).
+    perform 1 from tenants t where t.id = tenant for no key update;
     -- Two probes of endpoints_tenant_url (the tenant's own, then the shared one), as the
     -- consumer's re-check reads it: never a scan of every tenant's endpoints.
     if channel = 'webhook' and not exists (
@@ -105,6 +122,11 @@ begin
         return query select * from schedule_answer(tenant, found_row.id, false);
         return;
     end if;
+
+    -- A new schedule: within the tenant's limits (one pending delivery a recipient, now or,
+    -- for a rule the scanner expands, at its first occurrence; none for a rule already over).
+    perform check_quota(tenant, case when expanded and first_at is null and at is null then 0
+                                     else cardinality(people) end, now);
 
     insert into schedule_recipients (schedule_id, tenant, recipient, destination)
     select new_id, tenant, r.recipient, r.destination
