@@ -19,6 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
+from reminders import cli_schedules
+from reminders.cli_schedules import REMOTE_COMMANDS as SCHEDULE_COMMANDS
 from reminders.errors import InvalidInput, NotFound
 from reminders.outcome import (
     EXIT_NOT_DONE,
@@ -964,6 +966,7 @@ REMOTE_COMMANDS: dict[str, tuple[str, ...]] = {
     "tenants pause": ("tenant", "create", "reason"),
     "tenants resume": ("tenant", "create", "reason"),
     "tenants list": (),
+    **SCHEDULE_COMMANDS,
 }
 
 
@@ -1429,6 +1432,7 @@ def build_parser() -> argparse.ArgumentParser:
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
 
+    cli_schedules.add_parsers(sub)
     tenants = sub.add_parser("tenants", help="list, pause or resume tenants")
     t_sub = tenants.add_subparsers(dest="action", required=True, parser_class=_Parser)
     for action in ("pause", "resume"):
@@ -1649,7 +1653,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give a command, e.g. `reminders status`")
     if (args.stack or args.ops_function) and args.command is not None:
         command = str(args.command) + (f" {args.action}" if args.command == "tenants" else "")
-        if command not in REMOTE_COMMANDS:
+        command = f"{command} {args.schedules_action}" if command == "schedules" else command
+        if command not in REMOTE_COMMANDS and command != "schedules cancel":
             parser.error(f"`{command}` does not run with --stack: it runs where the database "
                          "is reachable (DATABASE_URL); through the operations function run "
                          "status, show, list, reconcile, cancel and tenants pause|resume|list"
