@@ -153,7 +153,7 @@ def test_a_trigger_while_the_series_advances_leaves_the_series(harness: Harness)
     triggered: list[list[dict[str, Any]]] = []
 
     def trigger_now(name: str) -> None:
-        if name == "series_state" and not triggered:
+        if name == "schedule_share" and not triggered:
             triggered.append(db.fetch_all(h.conn, "api_trigger", {
                 "tenant": "acme", "key": "digest", "now": h.clock.now()}))
 
