@@ -1657,7 +1657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command not in REMOTE_COMMANDS and command != "schedules cancel":
             parser.error(f"`{command}` does not run with --stack: it runs where the database "
                          "is reachable (DATABASE_URL); through the operations function run "
-                         "status, show, list, reconcile, cancel and tenants pause|resume|list"
+                         "status, show, list, reconcile, cancel, tenants pause|resume|list and "
+                         "schedules list|show|pause|resume|trigger|backfill"
                          + (" (drills run on one machine only)" if command == "drill" else ""))
     try:
         if getattr(args, "reason", None) is not None:  # refused before anything is done

@@ -396,22 +396,23 @@ def test_each_operations_function_serves_its_own_kind_of_command_only(
     from reminders.ops import COMMANDS, READS, WRITES
 
     assert set(COMMANDS) == READS | WRITES and not READS & WRITES
-    assert {"status", "show", "list", "tenants list"} == READS
+    assert {"status", "show", "list", "tenants list", "schedules list", "schedules show"} == READS
     schedule(cli)
     reader = Context("Reminders-ops-read")
     event = ops_client.request("cancel", {"key": "inv-1"}, sts, reader.function_name)
     answer = handler(event, reader)
     assert answer == {"version": 1, "code": 2, "caller": None, "error": (
         "request: cancel is a write command; this operations function serves the read "
-        "commands only (status, show, list, tenants list): send it to the stack's ops-write "
-        "function")}
+        "commands only (status, show, list, tenants list, schedules list, schedules show): send "
+        "it to the stack's ops-write function")}
     assert one(conn, "select state from schedules")["state"] == "active"
     writer = Context("Reminders-ops-write")
     event = ops_client.request("status", {}, sts, writer.function_name)
     assert handler(event, writer)["error"] == (
         "request: status is a read command; this operations function serves the write "
-        "commands only (reconcile, cancel, tenants pause, tenants resume): send it to the "
-        "stack's ops-read function")
+        "commands only (reconcile, cancel, tenants pause, tenants resume, schedules pause, "
+        "schedules resume, schedules trigger, schedules backfill): send it to the stack's "
+        "ops-read function")
     assert conn.execute("select count(*) as n from identity_proofs").fetchone() == {"n": 0}
     # Each where it belongs.
     assert invoke(sts, "cancel", {"key": "inv-1"})["code"] == 0
