@@ -73,7 +73,9 @@ def add_parsers(sub: Any) -> None:
     from reminders import cli
 
     group = sub.add_parser("schedules", help="list, show, pause, resume, trigger, backfill or "
-                                             "cancel one schedule")
+                                             "cancel one schedule",
+                           description="E.g. `reminders schedules pause digest-7 --reason "
+                                       "INC-12`.")
     g_sub = group.add_subparsers(dest="schedules_action", required=True,
                                  parser_class=type(group))
 
@@ -85,7 +87,8 @@ def add_parsers(sub: Any) -> None:
                          description="E.g. `reminders schedules list --tenant acme --state "
                                      "paused`.")
     p.add_argument("--tenant", help="only this tenant, e.g. acme")
-    p.add_argument("--state", choices=["active", "paused", "cancelled", "finished"])
+    p.add_argument("--state", choices=["active", "paused", "cancelled", "finished"],
+                   help="only schedules in this state, e.g. paused")
     p.add_argument("--after", help="continue after this cursor (TENANT/KEY), as printed")
     p.add_argument("--limit", type=cli._count("--limit"), default=100,
                    help="at most this many (default 100)")
@@ -93,7 +96,8 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_schedules)
 
     p = g_sub.add_parser("show", help="a schedule: rule, state, next occurrences, deliveries "
-                                      "by generation, operator actions")
+                                      "by generation, operator actions",
+                         description="E.g. `reminders schedules show digest-7 --json`.")
     key_flags(p)
     cli._json_flag(p)
     p.set_defaults(func=cmd_schedules)
@@ -125,7 +129,8 @@ def add_parsers(sub: Any) -> None:
     cli._json_flag(p)
     p.set_defaults(func=cmd_schedules)
 
-    p = g_sub.add_parser("cancel", help="as `reminders cancel`")
+    p = g_sub.add_parser("cancel", help="as `reminders cancel`",
+                         description="E.g. `reminders schedules cancel invoice-42`.")
     key_flags(p)
     p.add_argument("--dry-run", action="store_true",
                    help="list the pending deliveries it would suppress; change nothing")
