@@ -59,6 +59,10 @@ class Decision:
     reason: str
 
 
+TENANT_PAUSED = "tenant paused; waits until resumed"
+SCHEDULE_PAUSED = "schedule paused; waits until resumed"
+
+
 def recheck(row: db.Row, token: Any, now: datetime) -> Decision:
     """Current state decides: nothing carried by the message is trusted but the token."""
     if row["state"] != "leased" or row["lease_token"] != token:
@@ -96,11 +100,13 @@ def content_check(row: db.Row, now: datetime) -> Decision:
     if row["opted_out"]:
         return Decision("settle", "suppressed", f"opted out of {row['channel']}")
     stale_after = row["stale_after"]
-    if stale_after is not None and now > row["occurrence_at"] + stale_after:
+    if stale_after is not None and now > row["stale_from"] + stale_after:
+        since = ("" if row["stale_from"] == row["occurrence_at"]
+                 else f", backfilled {iso(row['stale_from'])}")
         return Decision("settle", "stale", f"missed its window: due "
-                                           f"{iso(row['occurrence_at'])}, "
+                                           f"{iso(row['occurrence_at'])}{since}, "
                                            f"stale after {duration(stale_after)}")
-    if row["recurring"]:
+    if row["recurring"] and row["origin"] == "series":  # a trigger or backfill is off-series
         from reminders.series import superseded_by
 
         newer = superseded_by(row, now)
@@ -108,7 +114,9 @@ def content_check(row: db.Row, now: datetime) -> Decision:
             return Decision("settle", "stale", f"skipped: a newer occurrence "
                                                f"({newer.local.isoformat()}) is already due")
     if row["tenant_paused"]:
-        return Decision("release", None, "tenant paused; waits until resumed")
+        return Decision("release", None, TENANT_PAUSED)
+    if row["schedule_paused"]:
+        return Decision("release", None, SCHEDULE_PAUSED)
     if row["channel"] == "webhook" and row["endpoint_id"] is None:
         return Decision("settle", "failed",
                         f"no webhook endpoint registered for {row['destination']}")
@@ -349,10 +357,19 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
         run.sends.append(Send(message_id, row, token, int(attempt["id"]),
                               int(attempt["attempt_no"])))
     if paused:  # fenced on the lease and on no send in flight, as every release
-        released = db.fetch_all(conn, "lease_release", {
-            "ids": [r["id"] for _, r, _ in paused], "tokens": [t for _, _, t in paused],
-            "reason": "tenant paused; waits until resumed", "now": now})
-        back = {int(r["id"]) for r in released}
+        pause_of = {int(r["id"]): r for r in db.fetch_all(
+            conn, "deliveries_paused", {"ids": [r["id"] for _, r, _ in paused]})}
+        by_reason: dict[str, list[tuple[db.Row, Any]]] = {}
+        for _, row, token in paused:
+            held_by = pause_of.get(int(row["id"]))
+            reason = (SCHEDULE_PAUSED if held_by is not None and held_by["schedule_paused"]
+                      and not held_by["tenant_paused"] else TENANT_PAUSED)
+            by_reason.setdefault(reason, []).append((row, token))
+        back: set[int] = set()
+        for reason, handed in by_reason.items():
+            back |= {int(r["id"]) for r in db.fetch_all(conn, "lease_release", {
+                "ids": [r["id"] for r, _ in handed], "tokens": [t for _, t in handed],
+                "reason": reason, "now": now})}
         for message_id, row, _ in paused:
             decided[message_id] = "released" if int(row["id"]) in back else "fenced"
     run.outcomes.update(decided)
@@ -570,7 +587,7 @@ def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult
                           backoff_cap=row["backoff_cap"], stale_after=row["stale_after"],
                           max_delay=timedelta(seconds=rt.settings.limits.max_retry_delay))
     nxt = retry.next_try(policy, attempts_made=attempt_no - row["attempts_base"],
-                         occurrence_at=row["occurrence_at"], now=now,
+                         occurrence_at=row["stale_from"], now=now,
                          retry_after=result.retry_after, rng=rt.rng)
     return nxt.state, f"{result.detail}; {nxt.reason}", nxt.due_at
 

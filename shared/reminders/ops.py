@@ -99,13 +99,16 @@ ARGS: Mapping[str, Arg] = {
     "recipient": Arg(str, max_length=1000),
     "due_from": Arg(str, max_length=64),
     "due_to": Arg(str, max_length=64),
-    "after": Arg(str, max_length=100),
+    "after": Arg(str, max_length=500),  # a schedules page's TENANT/KEY too
     "limit": Arg(int, low=1, high=MAX_REMOTE_LIMIT),
     "dry_run": Arg(bool),
     "as": Arg(str, choices=TARGETS),
     "reason": Arg(str, one_line=False),
     "create": Arg(bool),
     "attention": Arg(bool),
+    "schedule_state": Arg(str, choices=("active", "paused", "cancelled", "finished")),
+    "from": Arg(str, max_length=64),
+    "to": Arg(str, max_length=64),
 }
 
 # Each command: (the arguments it takes, those it must have).
@@ -121,8 +124,17 @@ COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "tenants pause": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
     "tenants resume": (frozenset({"tenant", "create", "reason"}), frozenset({"tenant"})),
     "tenants list": (frozenset(), frozenset()),
+    "schedules list": (frozenset({"tenant", "schedule_state", "after", "limit"}), frozenset()),
+    "schedules show": (frozenset({"key", "tenant"}), frozenset({"key"})),
+    "schedules pause": (frozenset({"key", "tenant", "reason"}), frozenset({"key"})),
+    "schedules resume": (frozenset({"key", "tenant", "reason"}), frozenset({"key"})),
+    "schedules trigger": (frozenset({"key", "tenant", "reason"}), frozenset({"key"})),
+    "schedules backfill": (frozenset({"key", "tenant", "from", "to", "limit", "dry_run",
+                                      "reason"}), frozenset({"key", "from", "to"})),
 }
-WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume"})
+WRITES = frozenset({"reconcile", "cancel", "tenants pause", "tenants resume",
+                    "schedules pause", "schedules resume", "schedules trigger",
+                    "schedules backfill"})
 READS = frozenset(COMMANDS) - WRITES
 # Which commands a deployed operations function serves: "read" (READS) or "write" (WRITES).
 # The stack deploys one of each from this code, each with its own reserved concurrency and
@@ -283,9 +295,35 @@ def _run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller
                                via=via, reason=a.get("reason"), dry_run=bool(a.get("dry_run")))
     if request.command == "tenants list":
         return commands.tenants_list(conn)
+    if request.command.startswith("schedules "):
+        return _run_schedules(request, conn, now=now, who=who, via=via)
     return commands.tenants_set(conn, now=now, tenant=a["tenant"],
                                 paused=request.command == "tenants pause", who=who, via=via,
                                 reason=a.get("reason"), create=bool(a.get("create")))
+
+
+def _run_schedules(request: Request, conn: db.Connection, *, now: datetime, who: str,
+                   via: str) -> Outcome:
+    from reminders import schedule_commands as commands
+
+    a = request.args
+    if request.command == "schedules list":
+        return commands.list_schedules(conn, limit=a.get("limit") or 100,
+                                       tenant=a.get("tenant"), state=a.get("schedule_state"),
+                                       after=a.get("after"))
+    if request.command == "schedules show":
+        return commands.show(conn, key=a["key"], tenant=a.get("tenant"), now=now)
+    if request.command == "schedules trigger":
+        return commands.trigger(conn, now=now, key=a["key"], tenant=a.get("tenant"), who=who,
+                                via=via, reason=a.get("reason"))
+    if request.command == "schedules backfill":
+        return commands.backfill(conn, now=now, key=a["key"], tenant=a.get("tenant"),
+                                 start=a["from"], end=a["to"], limit=a.get("limit") or 100,
+                                 who=who, via=via, reason=a.get("reason"),
+                                 dry_run=bool(a.get("dry_run")))
+    return commands.hold(conn, now=now, key=a["key"], tenant=a.get("tenant"),
+                         paused=request.command == "schedules pause", who=who, via=via,
+                         reason=a.get("reason"))
 
 
 def response(outcome: Outcome, caller: Caller | None) -> dict[str, Any]:

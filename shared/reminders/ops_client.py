@@ -136,4 +136,5 @@ def run_remote(command: str, arguments: dict[str, Any], *, stack: str | None,
 
 
 _COMMANDS = ("status", "show", "list", "reconcile", "cancel", "tenants pause",
-             "tenants resume", "tenants list")
+             "tenants resume", "tenants list", "schedules list", "schedules show",
+             "schedules pause", "schedules resume", "schedules trigger", "schedules backfill")

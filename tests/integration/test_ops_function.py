@@ -396,22 +396,23 @@ def test_each_operations_function_serves_its_own_kind_of_command_only(
     from reminders.ops import COMMANDS, READS, WRITES
 
     assert set(COMMANDS) == READS | WRITES and not READS & WRITES
-    assert {"status", "show", "list", "tenants list"} == READS
+    assert {"status", "show", "list", "tenants list", "schedules list", "schedules show"} == READS
     schedule(cli)
     reader = Context("Reminders-ops-read")
     event = ops_client.request("cancel", {"key": "inv-1"}, sts, reader.function_name)
     answer = handler(event, reader)
     assert answer == {"version": 1, "code": 2, "caller": None, "error": (
         "request: cancel is a write command; this operations function serves the read "
-        "commands only (status, show, list, tenants list): send it to the stack's ops-write "
-        "function")}
+        "commands only (status, show, list, tenants list, schedules list, schedules show): send "
+        "it to the stack's ops-write function")}
     assert one(conn, "select state from schedules")["state"] == "active"
     writer = Context("Reminders-ops-write")
     event = ops_client.request("status", {}, sts, writer.function_name)
     assert handler(event, writer)["error"] == (
         "request: status is a read command; this operations function serves the write "
-        "commands only (reconcile, cancel, tenants pause, tenants resume): send it to the "
-        "stack's ops-read function")
+        "commands only (reconcile, cancel, tenants pause, tenants resume, schedules pause, "
+        "schedules resume, schedules trigger, schedules backfill): send it to the stack's "
+        "ops-read function")
     assert conn.execute("select count(*) as n from identity_proofs").fetchone() == {"n": 0}
     # Each where it belongs.
     assert invoke(sts, "cancel", {"key": "inv-1"})["code"] == 0
@@ -802,3 +803,60 @@ def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deploye
     assert refused[0]["resource"].startswith(
         f"arn:aws:cloudformation:{stack.REGION}:{ACCOUNT}:stack/{other}/")
     assert remote("--stack", deployed, "status").code == 0
+
+
+def test_schedule_commands_leave_the_same_rows_through_the_stack_as_locally(
+        remote: Cli, cli: Cli, deployed: str, lambda_endpoint: tuple[str, LambdaStandIn],
+        conn: db.Connection) -> None:
+    """`schedules pause|resume|trigger` on the command line and through --stack: the same
+    answers (but for the key), the same rows, and the same operator actions (but for who and
+    via); list and show answer alike; the reads go to the read function, the writes to the
+    write function."""
+    schedule(cli, "here")
+    schedule(cli, "there")
+
+    def both(*command: str) -> None:
+        mine = cli("schedules", command[0], "here", *command[1:])
+        theirs = remote("--stack", deployed, "schedules", command[0], "there", *command[1:])
+        assert (theirs.code, theirs.err.replace("there", "here"),
+                theirs.out.replace("there", "here")) == (mine.code, mine.err, mine.out)
+
+    both("pause", "--reason", "INC-3")
+    both("pause")  # again: no change, nothing recorded
+    both("trigger")  # refused while paused, alike
+    both("resume", "--reason", "INC-3 done")
+    assert cli("schedules", "trigger", "here").code == 0
+    assert remote("--stack", deployed, "schedules", "trigger", "there").code == 0
+    listed = cli("schedules", "list", "--json").json()
+    assert remote("--stack", deployed, "schedules", "list", "--json").json() == listed
+    assert [s["state"] for s in listed] == ["active", "active"]
+
+    def rows(key: str) -> Any:
+        return (conn.execute("select paused, state from schedules where schedule_key = %s",
+                             (key,)).fetchall(),
+                conn.execute("select d.origin, d.state, q.held from deliveries d"
+                             " join schedules s on s.id = d.schedule_id"
+                             " left join due_queue q on q.id = d.id"
+                             " where s.schedule_key = %s order by d.id", (key,)).fetchall(),
+                conn.execute("select action, reason from operator_actions where name = %s"
+                             " order by id", (key,)).fetchall())
+
+    assert rows("there") == rows("here")
+    assert rows("here")[2] == [{"action": "paused", "reason": "INC-3"},
+                               {"action": "resumed", "reason": "INC-3 done"},
+                               {"action": "triggered", "reason": None}]
+    assert [r["origin"] for r in rows("here")[1]] == ["series", "trigger"]
+    mine = cli("schedules", "show", "here", "--json").json()
+    theirs = remote("--stack", deployed, "schedules", "show", "there", "--json").json()
+    assert [(a["action"], a["via"]) for a in theirs["timeline"]] == [
+        (a["action"], "ops") for a in mine["timeline"]]
+    assert theirs["state"] == mine["state"] == "active"
+    assert {r["via"] for r in conn.execute(
+        "select via from operator_actions where name = 'there'")} == {"ops"}
+    commands = {json.loads(c["body"])["command"]: c["function"]
+                for c in lambda_endpoint[1].calls}
+    assert commands == {"schedules pause": "Reminders-ops-fn-write",
+                        "schedules trigger": "Reminders-ops-fn-write",
+                        "schedules resume": "Reminders-ops-fn-write",
+                        "schedules show": "Reminders-ops-fn-read",
+                        "schedules list": "Reminders-ops-fn-read"}

@@ -585,8 +585,8 @@ def test_cancel_locks_the_schedule_before_any_of_its_deliveries(
     assert done == [[{"n": 2}]]
 
 
-CLIENT_FUNCTIONS = ["cancel", "delivery_state", "my_tenant", "opt_in", "opt_out", "reschedule",
-                    "schedule"]
+CLIENT_FUNCTIONS = ["cancel", "delivery_state", "my_tenant", "opt_in", "opt_out", "pause",
+                    "reschedule", "resume", "schedule", "trigger"]
 CLIENT_RELATIONS = ["my_deliveries", "my_opt_outs", "my_schedules"]
 
 
@@ -616,3 +616,31 @@ def test_a_function_a_later_migration_adds_is_nobody_s_by_default(conn: db.Conne
                        " has_function_privilege('public', 'reminders.added_later()', 'execute')"
                        " as anyone").fetchone()
     assert row == {"client": False, "anyone": False}
+
+
+def test_pause_resume_and_trigger_hold_only_the_caller_s_own_schedule(
+        clients: Callable[[str | None], Client], conn: db.Connection) -> None:
+    """The SQL API's pause, resume and trigger are tenant-scoped as cancel is: another
+    tenant's schedule is not found; a paused schedule cannot be triggered; each answers
+    whether it changed anything, and a trigger its own deliveries."""
+    acme, globex = clients("acme"), clients("globex")
+    acme.rows(SCHEDULE_EMAIL, ("booking-1", ["alice@example.com"], T0 + timedelta(days=3)))
+    for call in ("select reminders.pause('booking-1')", "select reminders.resume('booking-1')",
+                 "select * from reminders.trigger('booking-1')"):
+        assert sqlstate(globex.refused(call)) == (
+            "RM404", "no schedule with key 'booking-1' for tenant 'globex'")
+    for statement in ("select reminders.hold_schedule('acme', 'booking-1', true)",
+                      "select * from reminders.trigger_for('acme', 'booking-1')",
+                      "select * from reminders.backfill_for('acme', 'booking-1', '{}')"):
+        assert globex.refused(statement).sqlstate == "42501", statement
+    assert conn.execute("select paused from schedules").fetchall() == [{"paused": False}]
+    assert acme.rows("select reminders.pause('booking-1') as changed") == [{"changed": True}]
+    assert acme.rows("select reminders.pause('booking-1') as changed") == [{"changed": False}]
+    err = acme.refused("select * from reminders.trigger('booking-1')")
+    assert sqlstate(err) == ("RM409", "schedule 'booking-1' is paused: resume it first")
+    assert acme.rows("select reminders.resume('booking-1') as changed") == [{"changed": True}]
+    (made,) = acme.rows("select * from reminders.trigger('booking-1')")
+    assert ":trigger:" in made["delivery_key"] and made["state"] == "scheduled"
+    assert conn.execute("select origin, count(*) as n from deliveries group by origin"
+                        " order by origin").fetchall() == [
+        {"origin": "series", "n": 1}, {"origin": "trigger", "n": 1}]

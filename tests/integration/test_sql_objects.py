@@ -20,7 +20,7 @@ from reminders import consumer, db, scanner, schedules, timezones
 from reminders.config import DEFAULT_SCHEMA
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
-from reminders.queue import parse_body
+from reminders.queue import LeaseMessage, parse_body
 from reminders.recurrence import Recurrence
 from tests.conftest import T0, PgCluster
 from tests.integration.test_interleavings import HOOK, World, event
@@ -60,7 +60,9 @@ def rows(conn: db.Connection) -> dict[str, list[dict[str, Any]]]:
         "deliveries": conn.execute(
             "select id, delivery_key, state, due_at, lease_token, lease_expires_at, received,"
             " attempts_made, generation from deliveries order by id").fetchall(),
-        "due_queue": conn.execute("select * from due_queue order by id").fetchall(),
+        # the columns the last release had (0023 adds `held`, false for every entry)
+        "due_queue": conn.execute("select id, tenant, state, due_at, token, expires_at"
+                                  " from due_queue order by id").fetchall(),
         "counts": conn.execute(
             "select tenant, kind, channel, state, sum(n)::bigint as n from delivery_counts"
             " group by 1, 2, 3, 4 having sum(n) <> 0 order by 1, 2, 3, 4").fetchall(),
@@ -93,10 +95,16 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
                                                datetime(2027, 3, 2, 9, 0)))
         daily = series.deliveries[0].delivery_key
         rt = world.runtime(timedelta(seconds=1))
-        # This code's purge reads what later migrations add (deliveries.kind, 0020); the last
-        # release's tick purged by its own query, so this one leases and purges nothing.
-        rt.settings = replace(rt.settings, limits=replace(rt.settings.limits, retention_batch=0))
-        assert scanner.tick(rt).leased == 2
+        # This code's scanner reads what later migrations add (deliveries.kind, 0020;
+        # due_queue.held and deliveries.origin, 0023): the last release's tick is played as
+        # its lease wrote the due entries (a token and an expiry) and published their ids.
+        now = rt.clock.now()
+        leased = app.execute(
+            "update due_queue set token = gen_random_uuid(), expires_at = %s"
+            " where token is null and due_at <= %s returning id, token",
+            (now + timedelta(seconds=rt.settings.limits.lease_seconds), now)).fetchall()
+        assert len(leased) == 2
+        world.queue.publish([LeaseMessage(r["id"], r["token"]) for r in leased])
         rt.close()
         messages = {parse_body(b).delivery_id: b for b in world.queue.take()}
         ids = {r["delivery_key"]: r["id"] for r in app.execute(
@@ -123,6 +131,8 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
         assert {r["name"] for r in app.execute("select name from time_zones")} == (
             timezones.available_zones())
         assert rows(app) == before
+        assert app.execute("select count(*) as n from due_queue where held").fetchone() == {
+            "n": 0}
         assert db.fetch_all(app, "check_due_queue", source=CHECKS) == []
         assert db.fetch_all(app, "check_delivery_counts", source=CHECKS) == []
 

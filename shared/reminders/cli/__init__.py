@@ -33,6 +33,7 @@ from reminders.cli.drills import DRILLS
 from reminders.cli.local_stack import _counts_text
 from reminders.cli.meta import cmd_version
 from reminders.cli.recovery import REMOTE_COMMANDS
+from reminders.cli_schedules import REMOTE_COMMANDS as SCHEDULE_COMMANDS
 from reminders.outcome import EXIT_OK
 from reminders.reasons import checked_reason
 
@@ -48,6 +49,7 @@ GROUPS = (
     "reminders.cli.local_stack",
     "reminders.cli.endpoints_kinds",
     "reminders.cli.scheduling",
+    "reminders.cli_schedules",
     "reminders.cli.recovery",
     "reminders.cli.meta",
     "reminders.cli.console",
@@ -92,10 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(contradiction)
     if (args.stack or args.ops_function) and args.command is not None:
         command = str(args.command) + (f" {args.action}" if args.command == "tenants" else "")
-        if command not in REMOTE_COMMANDS:
+        command = f"{command} {args.schedules_action}" if command == "schedules" else command
+        if command not in {**REMOTE_COMMANDS, **SCHEDULE_COMMANDS} \
+                and command != "schedules cancel":
             parser.error(f"`{command}` does not run with --stack: it runs where the database "
                          "is reachable (DATABASE_URL); through the operations function run "
-                         "status, show, list, reconcile, cancel and tenants pause|resume|list"
+                         "status, show, list, reconcile, cancel, tenants pause|resume|list and "
+                         "schedules list|show|pause|resume|trigger|backfill"
                          + (" (drills run on one machine only)" if command == "drill" else ""))
     try:
         if getattr(args, "reason", None) is not None:  # refused before anything is done

@@ -145,6 +145,19 @@ from reschedule_for(tenant => %(tenant)s, key => %(key)s, at => %(at)s, rrule =>
 -- name: api_cancel
 select cancel_for(tenant => %(tenant)s, key => %(key)s, now => %(now)s) as suppressed;
 
+-- name: api_pause
+select hold_schedule(tenant => %(tenant)s, key => %(key)s, paused => %(paused)s,
+                     now => %(now)s) as changed;
+
+-- name: api_trigger
+select recipient, delivery_key, due_at, state
+from trigger_for(tenant => %(tenant)s, key => %(key)s, now => %(now)s);
+
+-- name: api_backfill
+select recipient, delivery_key, occurrence_at, due_at, state
+from backfill_for(tenant => %(tenant)s, key => %(key)s,
+                  occurrences => %(occurrences)s::timestamptz[], now => %(now)s);
+
 -- name: api_opt_out
 select opt_out_for(tenant => %(tenant)s, recipient => %(recipient)s, channel => %(channel)s,
                    now => %(now)s) as added;
@@ -203,15 +216,16 @@ from deliveries where schedule_id = %(schedule_id)s and tenant = %(tenant)s
 order by recipient, occurrence_at;
 
 -- name: series_state
--- The recipient's place in a recurring series: its last occurrence in the current generation.
+-- The recipient's place in a recurring series: its last occurrence in the current generation
+-- (deliveries a trigger or a backfill made are off the series, migration 0022).
 select s.state, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.generation,
        s.channel, k.stale_after, r.destination,
        (select max(d.occurrence_at) from deliveries d
         where d.schedule_id = s.id and d.tenant = s.tenant and d.recipient = r.recipient
-          and d.generation = s.generation) as last_occurrence,
+          and d.generation = s.generation and d.origin = 'series') as last_occurrence,
        exists (select 1 from deliveries d where d.schedule_id = s.id and d.tenant = s.tenant
                and d.recipient = r.recipient and d.state in ('scheduled', 'leased', 'retrying')
-               and d.superseded is null)
+               and d.superseded is null and d.origin = 'series')
            as has_pending
 from schedules s
 join kinds k on k.name = s.kind
@@ -258,7 +272,8 @@ with candidates as (  -- two ranges of the lease-expiry index, each bounded: no 
 ), expired as (
     select d.id, d.channel, d.send_attempt, d.superseded, d.received, d.empty_receives,
            d.attempts_made - d.attempts_base as attempts_counted, d.attempts_made,
-           k.max_attempts, (s.rrule is not null) as recurring, a.outcome as recorded
+           k.max_attempts, (s.rrule is not null and d.origin = 'series') as recurring,
+           a.outcome as recorded
     from deliveries d
     join schedules s on s.id = d.schedule_id
     join kinds k on k.name = s.kind
@@ -329,9 +344,9 @@ returning d.id, d.tenant, d.state, (e.send_attempt is not null) as tried;
 -- fairly. The tenants come off the due entries' own index, one probe a tenant that has any
 -- (a loose index scan): a tenant with nothing queued costs nothing, however many there are.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 )
@@ -339,7 +354,7 @@ select count(*) as n from queued t
 where t.tenant is not null
   and not (select p.paused from tenants p where p.id = t.tenant)
   and exists (select 1 from due_queue q
-              where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s);
+              where q.tenant = t.tenant and q.token is null and not q.held and q.due_at <= %(now)s);
 
 -- name: due_unreadable
 -- CROSS-TENANT, bounded by the limit: due entries whose instant no component can hold (before
@@ -356,10 +371,10 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     from queued t where t.tenant is not null
 ), bad as (
     select o.id from queued t cross join lateral (
-        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null
+        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null and not q.held
            and q.due_at < '0001-01-01 00:00:00+00'::timestamptz order by q.due_at limit %(limit)s)
         union all
-        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null
+        (select q.id from due_queue q where q.tenant = t.tenant and q.token is null and not q.held
            and q.due_at > '9999-12-31 23:59:59.999999+00'::timestamptz order by q.due_at desc limit %(limit)s)) o
     where t.tenant is not null
     limit %(limit)s
@@ -399,9 +414,9 @@ select (select count(*) from due_queue where token is not null)
 -- offered a full share, or more than the pass took): the next pass's share, without probing
 -- every tenant again.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 ), offered as (
@@ -410,7 +425,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     from queued t
     cross join lateral (
         select q.id, q.due_at from due_queue q
-        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+        where q.tenant = t.tenant and q.token is null and not q.held and q.due_at <= %(now)s
           and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz  -- outside 1-9999: due_unreadable parks it
         order by q.due_at, q.id
         limit %(share)s
@@ -601,16 +616,16 @@ returning id;
 -- tenants that are not paused: a paused backlog is never walked (its size is in the kept
 -- counts). A leased delivery not sent yet is late too, its lease pending or taken.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 ), firsts as (  -- each tenant's oldest due entry, and whether it is paused
     select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused, o.due_at
     from queued t cross join lateral (
         select q.due_at from due_queue q
-        where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+        where q.tenant = t.tenant and q.token is null and not q.held and q.due_at <= %(now)s
           and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
         order by q.due_at, q.id limit 1) o
     where t.tenant is not null
@@ -626,10 +641,18 @@ select extract(epoch from %(now)s - least(
        )::float8 as seconds,
        extract(epoch from %(now)s - (select min(f.due_at) from firsts f where f.paused)
        )::float8 as paused_seconds,
+       -- paused schedules' due entries (held, migration 0022), apart: the oldest is one probe
+       -- of the held index, the count stops at `cap`; a held backlog is never walked
+       extract(epoch from %(now)s - (select q.due_at from due_queue q
+                                     where q.held and q.due_at <= %(now)s
+                                     order by q.due_at, q.id limit 1)
+       )::float8 as held_seconds,
+       (select count(*) from (select 1 from due_queue q where q.held and q.due_at <= %(now)s
+                              order by q.due_at, q.id limit %(cap)s) h) as held,
        (select count(*) from (
            select 1 from firsts f cross join lateral (
                select 1 from due_queue q
-               where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s
+               where q.tenant = f.tenant and q.token is null and not q.held and q.due_at <= %(now)s
                  and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
                limit %(cap)s) o
            where not f.paused
@@ -694,7 +717,9 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
        (s.rrule is not null) as recurring,
        s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy,
        k.stale_after, k.max_attempts, k.backoff_base, k.backoff_cap, k.redrive_budget,
-       t.paused as tenant_paused,
+       t.paused as tenant_paused, s.paused as schedule_paused, d.origin,
+       -- a backfilled occurrence is late on purpose: its window counts from when it was made
+       case when d.origin = 'backfill' then d.created_at else d.occurrence_at end as stale_from,
        q.token as pending_token, q.expires_at as pending_expires_at,
        exists (select 1 from opt_outs o where o.tenant = d.tenant and o.recipient = d.recipient
                and o.channel = d.channel) as opted_out,
@@ -720,9 +745,9 @@ where d.id = any(%(ids)s::bigint[]);
 -- name: attempts_start
 -- Fenced, for a whole batch in one statement: appends each attempt only while its lease is ours
 -- and no send is in flight, and puts the send in flight on the row with its deadline (the lease
--- lasts at least that long). Committed before any send. A tenant paused since the re-check read
--- its row (a pause locks no delivery) starts nothing: the pause is decided here, in the
--- statement that starts the attempt, as the row locks decide an opt-out.
+-- lasts at least that long). Committed before any send. A tenant or a schedule paused since
+-- the re-check read its row (a pause locks no delivery) starts nothing: the pause is decided
+-- here, in the statement that starts the attempt, as the row locks decide an opt-out.
 with started as (
     update deliveries d set attempts_made = d.attempts_made + 1,
                             send_attempt = d.attempts_made + 1, send_deadline = r.deadline,
@@ -733,11 +758,18 @@ with started as (
     where d.id = r.id and d.lease_token = r.token
       and (d.state = 'leased') is true and d.send_attempt is null
       and not exists (select 1 from tenants t where t.id = d.tenant and t.paused)
+      and not exists (select 1 from schedules s where s.id = d.schedule_id and s.paused)
     returning d.id, d.tenant, d.attempts_made, d.lease_token
 )
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
 select tenant, id, attempts_made, lease_token, %(now)s from started
 returning id, delivery_id, attempt_no;
+-- name: deliveries_paused
+-- Why attempts_start started nothing for these rows (a tenant or a schedule paused since the
+-- re-check): CROSS-TENANT by ids the caller holds leases on.
+select d.id, t.paused as tenant_paused, s.paused as schedule_paused
+from deliveries d join tenants t on t.id = d.tenant join schedules s on s.id = d.schedule_id
+where d.id = any(%(ids)s::bigint[]);
 -- name: attempts_finish
 -- The outcomes of a batch's sends, in one statement; an attempt already closed stays as it is.
 update attempts a set finished_at = %(now)s, outcome = r.outcome, status_code = r.status_code,
@@ -757,7 +789,7 @@ update deliveries d set
     reason = case when d.superseded is null then r.reason
                   else r.reason || '; ' || d.superseded || ' while the send was in flight' end,
     due_at = case when d.superseded is null then coalesce(r.due_at, d.due_at) else d.due_at end,
-    advance_series = d.superseded is null
+    advance_series = d.superseded is null and d.origin = 'series'
         and r.state not in ('scheduled', 'leased', 'retrying')
         and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
     superseded = null, send_attempt = null, send_deadline = null, received = false,
@@ -781,7 +813,7 @@ update deliveries d set
                   else %(reason)s end,
     empty_receives = d.empty_receives + case when d.received then 1 else 0 end,
     advance_series = d.received and d.empty_receives + 1 >= %(max_empty_leases)s
-        and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
+        and d.origin = 'series' and exists (select 1 from schedules s where s.id = d.schedule_id and s.rrule is not null),
     received = false, due_at = %(now)s, redrives = d.redrives + 1,
     lease_token = null, lease_expires_at = null, updated_at = %(now)s
 where d.id = %(id)s and d.tenant = %(tenant)s and d.state = 'leased' and d.send_attempt is null
@@ -816,14 +848,14 @@ order by tenant, kind, channel, state;
 -- scanner tick whose pass found nothing due waits for it when it falls inside the tick. A probe
 -- a tenant with entries queued, as lease_due reads them.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 )
 select min(o.due_at) as at from queued t cross join lateral (
-    select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+    select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null and not q.held
       and q.due_at between '0001-01-01 00:00:00+00'::timestamptz and '9999-12-31 23:59:59.999999+00'::timestamptz
     order by q.due_at, q.id limit 1) o
 where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant);
@@ -832,14 +864,14 @@ where t.tenant is not null and not (select p.paused from tenants p where p.id = 
 -- CROSS-TENANT: when the next piece of work falls due (the demo's simulated clock jumps there).
 -- A leased delivery's next event is its lease's expiry, pending or taken.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 )
 select least((select min(o.due_at) from queued t cross join lateral (  -- a probe a tenant
-                  select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null
+                  select q.due_at from due_queue q where q.tenant = t.tenant and q.token is null and not q.held
                     and q.due_at between '0001-01-01 00:00:00+00'::timestamptz and '9999-12-31 23:59:59.999999+00'::timestamptz
                   order by q.due_at, q.id limit 1) o where t.tenant is not null),
              (select min(expires_at) from due_queue where token is not null),
@@ -867,7 +899,7 @@ select extract(epoch from %(now)s - least(
             where state in ('scheduled', 'retrying') and due_at <= %(now)s
               and due_at >= '0001-01-01 00:00:00+00'::timestamptz and %(tenant)s::text is null),
            (select q.due_at from due_queue q
-            where q.tenant = %(tenant)s and q.token is null and q.due_at <= %(now)s
+            where q.tenant = %(tenant)s and q.token is null and not q.held and q.due_at <= %(now)s
               and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
             order by q.due_at, q.id limit 1),
            (select min(due_at) from due_queue
@@ -1034,15 +1066,15 @@ limit %(limit)s;
 -- pending counts come from the kept counts (`delivery_counts`: not yet due ones included) and
 -- its oldest due entry is one index probe (`paused` says which rows are counted that way).
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 ), firsts as (  -- each tenant with due entries: paused or not, its oldest
     select t.tenant, (select p.paused from tenants p where p.id = t.tenant) as paused,
            (select q.due_at from due_queue q
-            where q.tenant = t.tenant and q.token is null and q.due_at <= %(now)s
+            where q.tenant = t.tenant and q.token is null and not q.held and q.due_at <= %(now)s
             order by q.due_at, q.id limit 1) as due_at
     from queued t
     where t.tenant is not null and (%(tenant)s::text is null or t.tenant = %(tenant)s)
@@ -1053,7 +1085,7 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
         select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
         where d.id = any(array(
             select q.id from due_queue q
-            where q.tenant = f.tenant and q.token is null and q.due_at <= %(now)s))) d
+            where q.tenant = f.tenant and q.token is null and not q.held and q.due_at <= %(now)s))) d
     where not f.paused and f.due_at is not null
     union all  -- pending leases
     select d.tenant, d.schedule_id, d.channel, d.due_at from deliveries d
@@ -1207,3 +1239,60 @@ returning digest;
 delete from identity_proofs
 where digest in (select digest from identity_proofs where expires_at <= %(now)s
                  order by expires_at limit %(limit)s);
+
+-- ---------------------------------------------------------------- holding a schedule (0022)
+
+-- name: schedules_page
+-- CROSS-TENANT unless a tenant is given: schedules by (tenant, key) off their unique index, a
+-- page continuing after (tenant, key) of the last row of the previous one: O(page). `state`
+-- is the operator's: active (and not paused), paused, cancelled, finished (stored `ended`).
+select s.id, s.tenant, s.schedule_key, s.kind, s.channel, s.state, s.paused, s.at, s.rrule,
+       s.tz, s.local_start, s.revision, s.generation, s.created_at, s.updated_at
+from schedules s
+where (%(tenant)s::text is null or s.tenant = %(tenant)s)
+  and (%(state)s::text is null
+       or (%(state)s = 'paused' and s.paused and s.state = 'active')
+       or (%(state)s = 'active' and not s.paused and s.state = 'active')
+       or (%(state)s = 'cancelled' and s.state = 'cancelled')
+       or (%(state)s = 'finished' and s.state = 'ended'))
+  and (%(after_tenant)s::text is null
+       or (s.tenant, s.schedule_key) > (%(after_tenant)s, %(after_key)s))
+order by s.tenant, s.schedule_key
+limit %(limit)s;
+
+-- name: schedule_detail
+select s.id, s.tenant, s.schedule_key, s.kind, s.channel, s.destination, s.state, s.paused,
+       s.at, s.rrule, s.tz, s.local_start, s.gap_policy, s.overlap_policy, s.revision,
+       s.generation, s.problem, s.created_at, s.updated_at, k.stale_after
+from schedules s join kinds k on k.name = s.kind
+where s.tenant = %(tenant)s and s.schedule_key = %(key)s;
+
+-- name: schedule_deliveries_page
+-- A schedule's newest deliveries, at most `limit`, off its (schedule, recipient) index.
+select d.generation, d.origin, d.delivery_key, d.recipient, d.occurrence_at, d.due_at, d.state,
+       d.reason, d.attempts_made
+from deliveries d
+where d.schedule_id = %(schedule_id)s and d.tenant = %(tenant)s
+order by d.generation desc, d.occurrence_at desc, d.recipient
+limit %(limit)s;
+
+-- name: schedule_timeline
+-- The operator actions on one schedule, newest `limit`, oldest first (the object index).
+select at, who, via, action, reason, detail from (
+    select * from operator_actions
+    where object = 'schedule' and name = %(key)s and tenant = %(tenant)s
+    order by id desc limit %(limit)s
+) latest order by id;
+
+-- name: backfill_missing
+-- Which of these occurrences no delivery of the schedule has for each recipient (any state,
+-- any generation; a triggered send is not an occurrence): what a backfill would make.
+select sr.recipient, o.at as occurrence_at
+from schedules s
+join schedule_recipients sr on sr.schedule_id = s.id
+cross join (select distinct u.at from unnest(%(occurrences)s::timestamptz[]) as u(at)) o
+where s.tenant = %(tenant)s and s.schedule_key = %(key)s
+  and not exists (select 1 from deliveries e
+                  where e.schedule_id = s.id and e.recipient = sr.recipient
+                    and e.occurrence_at = o.at and e.origin <> 'trigger')
+order by o.at, sr.recipient;

@@ -1,4 +1,5 @@
--- due_queue (0013): a due delivery's state or due time changed. Any pending lease ends.
+-- due_queue (0013): a due delivery's state or due time changed. Any pending lease ends. An entry
+-- made again is held (0022) while its schedule is paused.
 create or replace function due_queue_changed() returns trigger
 language plpgsql set search_path from current as $$
 begin
@@ -9,11 +10,12 @@ begin
                              token = null, expires_at = null
         where id = new.id;
     else  -- due again (released, reclaimed, retrying later): a new entry
-        insert into due_queue (id, tenant, state, due_at)
-        values (new.id, new.tenant, new.state, new.due_at)
+        insert into due_queue (id, tenant, state, due_at, held)
+        values (new.id, new.tenant, new.state, new.due_at,
+                coalesce((select s.paused from schedules s where s.id = new.schedule_id), false))
         on conflict (id) do update set tenant = excluded.tenant, state = excluded.state,
                                        due_at = excluded.due_at, token = null,
-                                       expires_at = null;
+                                       expires_at = null, held = excluded.held;
     end if;
     return null;
 end $$;
