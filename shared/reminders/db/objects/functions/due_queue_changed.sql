@@ -9,9 +9,11 @@ begin
                              token = null, expires_at = null
         where id = new.id;
     else  -- due again (released, reclaimed, retrying later): a new entry
-        insert into due_queue (id, tenant, state, due_at)
-        values (new.id, new.tenant, new.state, new.due_at)
+        insert into due_queue (id, tenant, state, due_at, priority)
+        values (new.id, new.tenant, new.state, new.due_at,
+                coalesce((select k.priority from kinds k where k.name = new.kind), 5))
         on conflict (id) do update set tenant = excluded.tenant, state = excluded.state,
+                                       priority = excluded.priority,
                                        due_at = excluded.due_at, token = null,
                                        expires_at = null;
     end if;

@@ -1,9 +1,12 @@
--- due_queue (0013): every inserted delivery that is due gets its entry.
+-- due_queue (0013): every inserted delivery that is due gets its entry, with its kind's
+-- priority (0022).
 create or replace function due_queue_inserted() returns trigger
 language plpgsql set search_path from current as $$
 begin
-    insert into due_queue (id, tenant, state, due_at)
-    select id, tenant, state, due_at from new_rows where state in ('scheduled', 'retrying');
+    insert into due_queue (id, tenant, state, due_at, priority)
+    select n.id, n.tenant, n.state, n.due_at, k.priority
+    from new_rows n join kinds k on k.name = n.kind
+    where n.state in ('scheduled', 'retrying');
     return null;
 end $$;
 
