@@ -51,3 +51,32 @@ def kind_text(data: dict[str, Any]) -> str:
     spread = data["spread_seconds"]
     return (f", send window {describe(data['send_windows'])}, spread "
             f"{duration(spread) if spread else 'none'}, priority {data['priority']}")
+
+
+def add_preview_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--send-window", action="append", metavar="[DAYS] HH:MM-HH:MM",
+                   help="show each instant as a kind's send window moves it (repeatable)")
+
+
+def preview_with_windows(args: argparse.Namespace, items: list[dict[str, str]]) -> str | None:
+    """Add each occurrence's due instant under ``--send-window`` to the preview items (its
+    ``due_utc``/``due_local``, and ``held``); return the text lines, or None without windows."""
+    from datetime import datetime
+
+    from reminders import timezones
+    from reminders.windows import next_opening
+
+    if not args.send_window:
+        return None
+    spec = parse_windows(args.send_window)
+    zone = timezones.zone(args.tz)
+    lines = []
+    for item in items:
+        at = datetime.fromisoformat(item["utc"].replace("Z", "+00:00"))
+        due = next_opening(at, args.tz, spec, gap=args.gap, overlap=args.overlap)
+        item["due_utc"] = due.strftime("%Y-%m-%dT%H:%M:%SZ") if due else None  # type: ignore[assignment]
+        item["due_local"] = due.astimezone(zone).isoformat() if due else None  # type: ignore[assignment]
+        item["held"] = due != at  # type: ignore[assignment]
+        lines.append(f"{item['utc']}  {item['local']}" + (
+            f"  -> held until {item['due_utc']}  {item['due_local']}" if due != at else ""))
+    return "\n".join(lines)
