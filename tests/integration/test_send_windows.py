@@ -85,6 +85,17 @@ def test_a_berlin_window_holds_each_delivery_to_local_hours_across_both_changes(
         (utc(2027, 3, 28, 4, 30), utc(2027, 3, 28, 8), "sent"),   # Sun 10:00 CEST: changed
         (utc(2027, 3, 29, 4, 30), utc(2027, 3, 29, 6), "sent"),   # Mon 08:00 CEST
     ]
+    # Lateness is measured from the opening it was held to: each went at it, none late.
+    late = h.conn.execute(
+        "select late from (select extract(epoch from d.updated_at - coalesce(d.planned_at,"
+        " d.occurrence_at)) as late, d.updated_at from deliveries d join schedules s"
+        " on s.id = d.schedule_id where s.schedule_key = 'spring' and d.state = 'sent') x"
+        ).fetchall()
+    assert len(late) == 4 and all(r["late"] < 5 for r in late), late
+    (histogram,) = [r for r in db.fetch_all(h.conn, "lateness_histogram", {
+        "now": h.clock.now(), "since": h.clock.now() - timedelta(minutes=2), "tenant": "acme",
+        "bounds": [0.0, 60.0]}) if r["bucket"] is None]
+    assert histogram["n"] == 1 and histogram["pcts"][2] < 60, histogram
     held = rows(h, "spring")[0]["held"]
     assert held == "held by its send window (Europe/Berlin) until 2027-03-26T07:00:00Z"
     for row in rows(h, "spring")[:4]:
@@ -259,8 +270,8 @@ def test_a_spread_delivery_keeps_its_key_and_instant_through_a_retry_and_a_redri
     (again,) = schedule_webhook(h, "one", at=at, url=url, kind="digest")
     assert again == key and delivery(h, key)["due_at"] >= place
     assert effects(h) == {key: 1}
-    assert h.conn.execute("select spread_offset(%s, %s) as o", (key, SPREAD)).fetchone()["o"] \
-        == windows.spread_offset(key, SPREAD)
+    place_sql = h.conn.execute("select spread_offset(%s, %s) as o", (key, SPREAD)).fetchone()
+    assert place_sql is not None and place_sql["o"] == windows.spread_offset(key, SPREAD)
 
 
 def test_a_redriven_spread_delivery_is_sent_once_under_its_key(harness: Harness) -> None:

@@ -1094,11 +1094,13 @@ select tenant, delivery_key, due_at, state from (
 
 -- name: lateness_histogram
 -- CROSS-TENANT unless a tenant is given. Sends in (since, now], counted by lateness (occurrence
--- due -> sent, in seconds) into the buckets `bounds` (width_bucket: 0 below the first bound),
+-- due, or the instant its kind's send window and spread moved it to (0022), -> sent, in
+-- seconds) into the buckets `bounds` (width_bucket: 0 below the first bound),
 -- and one row (bucket null) with the count and p50/p95/p99: an index-only range of the
 -- sent-at index over the window, never the whole table.
 with sent as materialized (
-    select extract(epoch from d.updated_at - d.occurrence_at)::float8 as late
+    select extract(epoch from d.updated_at - coalesce(d.planned_at, d.occurrence_at))::float8
+           as late
     from deliveries d
     where d.state = 'sent' and d.updated_at > %(since)s and d.updated_at <= %(now)s
       and (%(tenant)s::text is null or d.tenant = %(tenant)s)

@@ -11,6 +11,12 @@ alter table kinds add column priority smallint not null default 5 check (priorit
 -- Why a delivery's due time is not its occurrence (held by its kind's send window, spread),
 -- set once when it is materialised; null when it is due at its occurrence.
 alter table deliveries add column held text;
+-- The instant the window and spread set (null: its occurrence): what lateness is measured from.
+alter table deliveries add column planned_at timestamptz;
+-- The lateness histogram reads it beside the occurrence, index-only as before (0007).
+create index deliveries_sent_planned on deliveries (updated_at) include (occurrence_at, planned_at)
+    where state = 'sent';
+drop index deliveries_sent_at;
 
 -- The scanner reads a tenant's due entries highest priority first: one range per priority.
 alter table due_queue add column priority smallint not null default 5;

@@ -2,9 +2,10 @@
 -- made here and nowhere else: schedule:{id}/{generation}:{occurrence, UTC}:{recipient}:{channel}.
 -- A delivery to schedule is due at its occurrence moved by its kind (0022): to the next opening
 -- of the kind's send windows in the recipient's zone (the schedule's: its rule's, or the
--- one-off's `tz`; else UTC), then by its key's place in the kind's spread; `held` says why. One
--- whose due time would be past its staleness deadline (occurrence + stale_after) is born
--- `stale` with that reason (a recurring one flagged for its series to advance).
+-- one-off's `tz`; else UTC), then by its key's place in the kind's spread; `held` says why
+-- and `planned_at` keeps that instant (lateness is measured from it). One whose due time would
+-- be past its staleness deadline (occurrence + stale_after) is born `stale` with that reason
+-- (a recurring one flagged for its series to advance).
 create or replace function materialise(tenant text, schedule_id bigint, recipients text[],
                             occurrences timestamptz[], states text[], reasons text[],
                             now timestamptz)
@@ -13,7 +14,7 @@ returns table (id bigint, recipient text, delivery_key text, occurrence_at times
 language sql set search_path from current as $$
     insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
                             delivery_key, occurrence_at, revision, due_at, state, reason,
-                            held, advance_series, created_at, updated_at)
+                            held, planned_at, advance_series, created_at, updated_at)
     select s.tenant, s.id, s.generation, r.recipient, s.channel, sr.destination,
            kk.delivery_key, r.occurrence_at, s.revision, coalesce(p.due_at, r.occurrence_at),
            case when p.late then 'stale' else r.state end,
@@ -31,6 +32,7 @@ language sql set search_path from current as $$
                case when k.spread is not null then format('spread by %ss of %ss',
                    extract(epoch from spread_offset(kk.delivery_key, k.spread))::numeric(12, 3),
                    extract(epoch from k.spread)::numeric(12, 3)) end) end,
+           case when p.due_at is distinct from r.occurrence_at then p.due_at end,
            p.late and s.rrule is not null, $7, $7
     from schedules s
     join kinds k on k.name = s.kind
