@@ -24,6 +24,10 @@ MIGRATE_CONCURRENCY = 1
 # AWS minimum and maximum for an SQS event source mapping's maximum concurrency.
 MIN_ESM_CONCURRENCY = 2
 MAX_ESM_CONCURRENCY = 1000
+# Provisioned mode of an SQS event source (Lambda API ProvisionedPollerConfig).
+MIN_SQS_POLLERS = 2
+MAX_SQS_MIN_POLLERS = 200
+MAX_SQS_POLLERS = 2000
 # An SQS event source takes more than 10 messages a batch only with a batching window.
 SQS_BATCH_WITHOUT_WINDOW = 10
 # Lambda's longest timeout.
@@ -186,6 +190,11 @@ class Settings:
     migrate_timeout_seconds: int = 300
     scanner_reserved_concurrency: int = 1
     redrive_max_concurrency: int = 2
+    # The consumer's SQS event source: "" is standard mode with its maximum concurrency (derived
+    # from dbConnectionBudget); "MIN-MAX" is provisioned mode with that many event pollers
+    # (ProvisionedPollerConfig), the consumer then capped by reserved concurrency instead, as
+    # provisioned mode and maximum concurrency are mutually exclusive.
+    sqs_pollers: str = ""
     scanner_memory_mib: int = 1769  # one full vCPU: lease passes, and publishing without fan-out
     # two vCPUs: a batch's TLS handshakes (about half of a send's CPU time, outside Python's
     # lock) run beside the rest of the sends' work; one vCPU is tight for 300 sends at once
@@ -271,6 +280,23 @@ class Settings:
             MIN_ESM_CONCURRENCY,
             (self.db_connection_budget - reserved) // CONNECTIONS_PER_INSTANCE,
         )
+
+    @property
+    def consumer_pollers(self) -> tuple[int, int] | None:
+        """``sqsPollers`` as (minimum, maximum) event pollers, or None for standard mode."""
+        if not self.sqs_pollers:
+            return None
+        match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", self.sqs_pollers)
+        if match is None:
+            raise SettingsError(f"sqsPollers must be MIN-MAX event pollers, e.g. 2-20, got "
+                                f"{self.sqs_pollers!r}")
+        low, high = int(match[1]), int(match[2])
+        if not MIN_SQS_POLLERS <= low <= MAX_SQS_MIN_POLLERS or not low <= high <= MAX_SQS_POLLERS:
+            raise SettingsError(
+                f"sqsPollers {self.sqs_pollers!r}: an SQS event source in provisioned mode takes "
+                f"{MIN_SQS_POLLERS} to {MAX_SQS_MIN_POLLERS} minimum pollers and a maximum from "
+                f"the minimum to {MAX_SQS_POLLERS}")
+        return low, high
 
     @property
     def deliveries_visibility_seconds(self) -> int:
@@ -475,6 +501,7 @@ class Settings:
                     f"is above {SQS_BATCH_WITHOUT_WINDOW} (got {size}): SQS event sources "
                     "take larger batches only with a batching window"
                 )
+        self.consumer_pollers  # noqa: B018 (raises on a bad sqsPollers)
         if self.consumer_max_concurrency > MAX_ESM_CONCURRENCY:
             raise SettingsError(
                 f"dbConnectionBudget {self.db_connection_budget} gives a consumer maximum "

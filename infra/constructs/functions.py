@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aws_cdk import Aws, Duration, Fn, Names, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -208,6 +209,10 @@ class Functions(Construct):
             subnets=network.consumer_subnets,
             memory_mib=settings.consumer_memory_mib,
             environment={**consumer_environment(settings), **app_login},
+            # Provisioned mode cannot carry a maximum concurrency: the connection budget is
+            # then kept by reserved concurrency.
+            reserved_concurrency=settings.consumer_max_concurrency
+            if settings.consumer_pollers else None,
         )
         self.redrive = defaults.create(
             "redrive",
@@ -335,7 +340,7 @@ class Functions(Construct):
             batch_size=settings.consumer_batch_size,
             max_batching_window=_window(settings.consumer_batching_window_seconds),
             report_batch_item_failures=True,
-            max_concurrency=settings.consumer_max_concurrency,
+            **_consumer_scaling(settings),
         )
         _grant_consume(self.redrive, queues.dead_letter)
         self.redrive.add_event_source_mapping(
@@ -372,6 +377,15 @@ class Functions(Construct):
 def construct_label(name: str) -> str:
     """A function's construct id and alarm label: ``ops-read`` -> ``OpsRead``."""
     return "".join(part.capitalize() for part in name.split("-"))
+
+
+def _consumer_scaling(settings: Settings) -> dict[str, Any]:
+    """Standard mode with maximum concurrency, or provisioned mode (``sqsPollers``)."""
+    pollers = settings.consumer_pollers
+    if pollers is None:
+        return {"max_concurrency": settings.consumer_max_concurrency}
+    return {"provisioned_poller_config": lambda_.ProvisionedPollerConfig(
+        minimum_pollers=pollers[0], maximum_pollers=pollers[1])}
 
 
 def _mapping_id(queue: sqs.IQueue) -> str:

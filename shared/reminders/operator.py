@@ -219,6 +219,8 @@ def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
         "channel": row["channel"], "destination": row["destination"],
         "occurrence_at": iso(row["occurrence_at"]), "due_at": iso(row["due_at"]),
         "revision": row["revision"], "state": row["state"], "reason": row["reason"],
+        # Why it was due later than its occurrence: its kind's send window, its spread.
+        "held": row.get("held"),
         "attempts_made": row["attempts_made"], "redrives": row["redrives"],
         # Leased by the scanner, its message on the queue, not taken by a consumer yet: the
         # row itself still says scheduled or retrying.
@@ -317,6 +319,8 @@ def show_text(data: dict[str, Any]) -> str:
                      + (f" ({d['reason']})" if d["reason"] else ""))
         lines.append(f"  tenant {d['tenant']}, kind {d['kind']}, recipient {d['recipient']} "
                      f"on {d['channel']}, due {d['due_at']}, schedule {d['schedule_key']}")
+        if d.get("held"):
+            lines.append(f"  occurrence {d['occurrence_at']}, {d['held']}")
         lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
                   .rstrip() for a in d["attempts"]]
         timeline = [(e["at"], f"{e['actor']}" + (f" {e['who']}" if e.get("who") else "")

@@ -26,6 +26,7 @@ from reminders.cli_format import duration
 from reminders.clock import iso, require_aware
 from reminders.errors import InvalidInput
 from reminders.payloads import MAX_DEPTH, check_payload
+from reminders.windows import check_windows
 
 if TYPE_CHECKING:
     from reminders.recurrence import Recurrence
@@ -162,8 +163,12 @@ def _result(tenant: str, rows: list[db.Row]) -> ScheduleResult:
 def schedule(conn: db.Connection, *, tenant: str, recipients: Iterable[str], channel: str,
              now: datetime, at: datetime | None = None, recurrence: Recurrence | None = None,
              to: str | None = None, kind: str = "default", payload: dict[str, Any] | None = None,
-             revision: str = "1", key: str | None = None) -> ScheduleResult:
+             revision: str = "1", key: str | None = None,
+             tz: str | None = None) -> ScheduleResult:
     """Schedule one logical reminder for one or many recipients (``schedule_for``).
+
+    ``tz``: a one-off's recipient zone, in which its kind's send windows are read (a recurring
+    schedule's is its rule's zone); UTC if not given.
 
     Idempotent on ``key``: calling again with the same key and the same request returns the
     existing deliveries and creates nothing; the same key with a different request is refused.
@@ -172,13 +177,24 @@ def schedule(conn: db.Connection, *, tenant: str, recipients: Iterable[str], cha
     if at is not None:
         at = require_aware(at, "at").astimezone(UTC)
     payload_json = validate_payload(payload)
+    rule = _rule(recurrence)
+    if tz is not None:
+        if recurrence is not None:
+            raise InvalidInput("tz: a recurring schedule's zone is its recurrence's")
+        from reminders import timezones
+
+        try:
+            timezones.zone(tz)
+        except InvalidInput as exc:
+            raise InvalidInput(f"tz: {exc}") from None
+        rule["tz"] = tz
     people = _texts(recipients, "recipient")
     if channel == "webhook" and isinstance(to, str):
         check_url_characters(to, "to: webhook URL")
     with db.transaction(conn):
         rows = db.fetch_all(conn, "api_schedule", {
             "tenant": tenant, "key": key, "recipients": people, "channel": channel, "at": at,
-            **_rule(recurrence), "destination": to, "kind": kind, "payload": payload_json,
+            **rule, "destination": to, "kind": kind, "payload": payload_json,
             "revision": revision, "first_at": _first(recurrence, now, inclusive=True),
             "expanded": recurrence is not None, "now": now})
     return _result(tenant, rows)
@@ -274,8 +290,16 @@ KEEP = _Keep()  # "leave as it is" for set_kind's stale_after, where None means 
 def set_kind(conn: db.Connection, *, name: str, now: datetime,
              stale_after: timedelta | _Keep | None = KEEP, max_attempts: int | None = None,
              redrive_budget: int | None = None, backoff_base: timedelta | None = None,
-             backoff_cap: timedelta | None = None, retention: timedelta | None = None) -> db.Row:
-    """Create or change a kind of reminder; what is not given keeps its value (or default)."""
+             backoff_cap: timedelta | None = None, retention: timedelta | None = None,
+             send_windows: Sequence[Any] | _Keep | None = KEEP,
+             spread: timedelta | _Keep | None = KEEP, priority: int | None = None) -> db.Row:
+    """Create or change a kind of reminder; what is not given keeps its value (or default).
+
+    ``send_windows``: window strings (``"Mon-Fri 08:00-18:00"``) read in the recipient's zone,
+    None or ``[]`` for any time; ``spread``: how long deliveries due at one instant are spread
+    over (None: not spread); ``priority``: 0-9 (default 5), leased highest first within a
+    tenant's share. They apply to deliveries materialised after the change (``windows.py``).
+    """
     if not re.match(r"^[a-z0-9][a-z0-9_.-]{0,62}$", name or ""):
         raise InvalidInput(f"kind name must be 1-63 of a-z 0-9 _ . - , got {name!r}")
     if max_attempts is not None and not 1 <= max_attempts <= 100:
@@ -288,6 +312,13 @@ def set_kind(conn: db.Connection, *, name: str, now: datetime,
                          ("backoff cap", backoff_cap)):
         if isinstance(value, timedelta) and value <= timedelta(0):
             raise InvalidInput(f"{label} must be positive, got {duration(value)}")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                 or not 0 <= priority <= 9):
+        raise InvalidInput(f"priority must be a whole number from 0 to 9, got {priority!r}")
+    if isinstance(spread, timedelta) and not timedelta(seconds=1) <= spread <= timedelta(days=1):
+        raise InvalidInput(f"spread must be from 1s to 1d, got {duration(spread)}")
+    windows = (None if isinstance(send_windows, _Keep) or not send_windows
+               else check_windows(send_windows))
     if backoff_base and backoff_cap and backoff_base > backoff_cap:
         raise InvalidInput(f"backoff base {duration(backoff_base)} is above the cap "
                            f"{duration(backoff_cap)}")
@@ -295,6 +326,10 @@ def set_kind(conn: db.Connection, *, name: str, now: datetime,
         "name": name, "stale_after": None if isinstance(stale_after, _Keep) else stale_after,
         "stale_after_given": not isinstance(stale_after, _Keep), "max_attempts": max_attempts,
         "redrive_budget": redrive_budget, "backoff_base": backoff_base,
-        "backoff_cap": backoff_cap, "retention": retention, "now": now})
+        "backoff_cap": backoff_cap, "retention": retention, "now": now,
+        "send_windows": json.dumps(windows) if windows else None,
+        "send_windows_given": not isinstance(send_windows, _Keep),
+        "spread": None if isinstance(spread, _Keep) else spread,
+        "spread_given": not isinstance(spread, _Keep), "priority": priority})
     assert row is not None
     return row

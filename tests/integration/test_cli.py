@@ -39,6 +39,7 @@ def test_schedule_send_and_inspect_a_webhook(aws_cli: Cli, conn: db.Connection,
     assert kind == {"name": "trip", "stale_after_seconds": 10800.0, "max_attempts": 4,
                     "redrive_budget": 3, "backoff_base_seconds": 30.0,
                     "backoff_cap_seconds": 3600.0, "retention_seconds": 2592000.0,
+                    "send_windows": None, "spread_seconds": None, "priority": 5,
                     "changed": True}
 
     schedule = ("schedule", "--tenant", "acme", "--recipient", "alice", "--channel", "webhook",
@@ -147,6 +148,16 @@ BAD: list[tuple[str, list[str], str]] = [
      "register it with `reminders endpoints add URL --secret whsec_...`"),
     ("bad stale-after", ["kinds", "set", "x", "--stale-after", "soon"],
      "reminders: error: --stale-after: not a duration: 'soon' (try 90s, 15m, 3h, 2d or PT3H)"),
+    ("bad send window", ["kinds", "set", "x", "--send-window", "Mon-Fri 8-18"],
+     "reminders: error: --send-window: 'Mon-Fri 8-18' is not a window; write [DAYS] "
+     "HH:MM-HH:MM, e.g. '08:00-21:00' or 'Mon-Fri 08:00-18:00'"),
+    ("bad send window day", ["kinds", "set", "x", "--send-window", "Fun 08:00-18:00"],
+     "reminders: error: --send-window: 'Fun 08:00-18:00': 'fun' is not a weekday or a range "
+     "of them (Mon, Mon-Fri, Sat,Sun)"),
+    ("bad spread", ["kinds", "set", "x", "--spread", "soon"],
+     "reminders: error: --spread: not a duration: 'soon' (try 90s, 15m, 3h, 2d or PT3H)"),
+    ("bad priority", ["kinds", "set", "x", "--priority", "10"],
+     "reminders: error: priority must be a whole number from 0 to 9, got 10"),
     ("bad secret", ["endpoints", "add", URL, "--secret", "nope"],
      "reminders: error: webhook secret must start with 'whsec_'"),
 ]

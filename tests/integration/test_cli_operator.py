@@ -379,7 +379,11 @@ def test_text_output_has_no_python_reprs(cli: Cli) -> None:
     assert trip.split() == ["trip", "3h", "8", "3", "30s..1h20m", "30d"]
     one = cli("kinds", "set", "trip").out
     assert one == ("kind trip: stale after 3h, max attempts 8, redrive budget 3, backoff 30s "
-                   "to 1h20m, retention 30d\n")
+                   "to 1h20m, retention 30d, send window any time, spread none, priority 5\n")
+    windowed = cli("kinds", "set", "trip", "--send-window", "Mon-Fri 08:00-18:00",
+                   "--send-window", "Sat 10:00-14:00", "--spread", "15m", "--priority", "9").out
+    assert windowed.endswith(", send window Mon-Fri 08:00-18:00, Sat 10:00-14:00, spread 15m, "
+                             "priority 9\n")
     cli("opt-out", "--tenant", "acme", "--recipient", "bob", "--channel", "sms")
     outs = cli("opt-outs", "list").out.splitlines()
     assert outs[0].split() == ["TENANT", "RECIPIENT", "CHANNEL", "SINCE"]

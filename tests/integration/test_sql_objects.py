@@ -60,7 +60,7 @@ def rows(conn: db.Connection) -> dict[str, list[dict[str, Any]]]:
         "deliveries": conn.execute(
             "select id, delivery_key, state, due_at, lease_token, lease_expires_at, received,"
             " attempts_made, generation from deliveries order by id").fetchall(),
-        # the columns the last release had (0023 adds `held`, false for every entry)
+        # the columns the last release had (0023 adds `held`, 0024 the entries' priority)
         "due_queue": conn.execute("select id, tenant, state, due_at, token, expires_at"
                                   " from due_queue order by id").fetchall(),
         "counts": conn.execute(
@@ -96,7 +96,7 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
         daily = series.deliveries[0].delivery_key
         rt = world.runtime(timedelta(seconds=1))
         # This code's scanner reads what later migrations add (deliveries.kind, 0020;
-        # due_queue.held and deliveries.origin, 0023): the last release's tick is played as
+        # due_queue.held and deliveries.origin, 0023; its priority, 0024): the last release's tick is played as
         # its lease wrote the due entries (a token and an expiry) and published their ids.
         now = rt.clock.now()
         leased = app.execute(
@@ -133,6 +133,7 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
         assert rows(app) == before
         assert app.execute("select count(*) as n from due_queue where held").fetchone() == {
             "n": 0}
+        assert {r["priority"] for r in app.execute("select priority from due_queue")} == {5}
         assert db.fetch_all(app, "check_due_queue", source=CHECKS) == []
         assert db.fetch_all(app, "check_delivery_counts", source=CHECKS) == []
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from reminders import cli_windows
 from reminders.cli.common import (
     _aws_environment,
     _conn,
@@ -234,7 +235,7 @@ def _kind_json(row: dict[str, Any]) -> dict[str, Any]:
             "max_attempts": row["max_attempts"], "redrive_budget": row["redrive_budget"],
             "backoff_base_seconds": row["backoff_base"].total_seconds(),
             "backoff_cap_seconds": row["backoff_cap"].total_seconds(),
-            "retention_seconds": row["retention"].total_seconds()}
+            "retention_seconds": row["retention"].total_seconds(), **cli_windows.kind_json(row)}
 
 
 def cmd_kinds_set(args: argparse.Namespace) -> int:
@@ -252,7 +253,8 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
         row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
                                  max_attempts=args.max_attempts,
                                  redrive_budget=args.redrive_budget, backoff_base=base,
-                                 backoff_cap=cap, retention=keep)
+                                 backoff_cap=cap, retention=keep,
+                                 **cli_windows.kind_options(args))
         changed = before is None or _kind_json(before) != _kind_json(row)
         if changed:  # a repeat that changes nothing is not an action
             _record(conn, args, "set", "kind", row["name"], None)
@@ -264,7 +266,7 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
                      f"{data['max_attempts']}, redrive budget {data['redrive_budget']}, backoff "
                      f"{duration(data['backoff_base_seconds'])} to "
                      f"{duration(data['backoff_cap_seconds'])}, retention "
-                     f"{duration(data['retention_seconds'])}")
+                     f"{duration(data['retention_seconds'])}{cli_windows.kind_text(data)}")
     return 0
 
 
@@ -353,6 +355,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--backoff-base", help="first retry delay, e.g. 30s")
     p.add_argument("--backoff-cap", help="longest retry delay, e.g. 1h")
     p.add_argument("--retention", help="how long finished deliveries are kept, e.g. 30d")
+    cli_windows.add_kind_flags(p)
     _reason_flag(p)
     _json_flag(p)
     p.set_defaults(func=cmd_kinds_set)

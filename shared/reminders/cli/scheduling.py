@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from reminders import cli_windows
 from reminders.cli.common import (
     _TENANT_HELP,
     _conn,
@@ -295,7 +296,9 @@ def cmd_preview(args: argparse.Namespace) -> int:
             items = preview(rec, after, args.count)
     except InvalidInput as exc:
         raise _as_flags(exc) from None
-    emit(args, items, "\n".join(f"{i['utc']}  {i['local']}" for i in items) or "(no occurrences)")
+    held = cli_windows.preview_with_windows(args, items)
+    emit(args, items, held or "\n".join(f"{i['utc']}  {i['local']}" for i in items)
+         or "(no occurrences)")
     return 0
 
 
@@ -386,5 +389,6 @@ def add_parsers(sub: Any) -> None:
                    help="DST overlap policy (default first)")
     p.add_argument("--count", type=int, default=10, help="0 to 1000 (default 10)")
     p.add_argument("--after", help="ISO-8601 instant; default: from the start")
+    cli_windows.add_preview_flags(p)
     _json_flag(p)
     p.set_defaults(func=cmd_preview)

@@ -80,10 +80,11 @@ delete from schema_objects where name <> all(%(names)s::text[]);
 
 -- name: kind_upsert
 insert into kinds (name, stale_after, max_attempts, redrive_budget, backoff_base, backoff_cap,
-                   retention, updated_at)
+                   retention, send_windows, spread, priority, updated_at)
 values (%(name)s, %(stale_after)s, coalesce(%(max_attempts)s, 8), coalesce(%(redrive_budget)s, 3),
         coalesce(%(backoff_base)s, interval '30 seconds'), coalesce(%(backoff_cap)s, interval '1 hour'),
-        coalesce(%(retention)s, interval '30 days'), %(now)s)
+        coalesce(%(retention)s, interval '30 days'), %(send_windows)s::jsonb, %(spread)s,
+        coalesce(%(priority)s, 5), %(now)s)
 on conflict (name) do update set
     stale_after    = case when %(stale_after_given)s then excluded.stale_after else kinds.stale_after end,
     max_attempts   = coalesce(%(max_attempts)s, kinds.max_attempts),
@@ -91,16 +92,23 @@ on conflict (name) do update set
     backoff_base   = coalesce(%(backoff_base)s, kinds.backoff_base),
     backoff_cap    = coalesce(%(backoff_cap)s, kinds.backoff_cap),
     retention      = coalesce(%(retention)s, kinds.retention),
+    send_windows   = case when %(send_windows_given)s then excluded.send_windows
+                          else kinds.send_windows end,
+    spread         = case when %(spread_given)s then excluded.spread else kinds.spread end,
+    priority       = coalesce(%(priority)s, kinds.priority),
     updated_at     = %(now)s
-returning name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention;
+returning name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention,
+          send_windows, spread, priority;
 
 -- name: kind_get
 -- One kind, locked for a change of its policies (who changed what is recorded only if it did).
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
+select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention,
+       send_windows, spread, priority
 from kinds where name = %(name)s for no key update;
 
 -- name: kinds_list
-select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention
+select name, stale_after, max_attempts, backoff_base, backoff_cap, redrive_budget, retention,
+       send_windows, spread, priority
 from kinds order by name;
 
 -- name: tenant_ensure
@@ -401,10 +409,12 @@ select (select count(*) from due_queue where token is not null)
 
 -- name: lease_due
 -- CROSS-TENANT: the one statement that picks work across tenants. Fair: every tenant with due
--- work offers its oldest `share` entries, and the pass takes them round by round (each tenant's
+-- work offers its `share` entries of highest priority (its kinds' 0-9), oldest first within a
+-- priority, and the pass takes them round by round (each tenant's
 -- first, then each tenant's second, ...), oldest first within a round, up to `batch`. One
 -- tenant's fan-out cannot hold back another tenant's reminder due in the same minute. Reads at
--- most `share` index entries per tenant with due work (plus entries another transaction holds,
+-- most `share` index entries per tenant with due work (plus a probe of each of the ten
+-- priorities it reaches, and entries another transaction holds,
 -- an application's reschedule, which are skipped), and one probe per tenant with entries
 -- queued (a tenant with none is never read, however many tenants there are); paused tenants
 -- are never walked.
@@ -421,15 +431,23 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     from queued t where t.tenant is not null
 ), offered as (
     select t.tenant, o.id, o.due_at,
-           row_number() over (partition by t.tenant order by o.due_at, o.id) as round
+           row_number() over (partition by t.tenant
+                              order by o.priority desc, o.due_at, o.id) as round
     from queued t
-    cross join lateral (
-        select q.id, q.due_at from due_queue q
-        where q.tenant = t.tenant and q.token is null and not q.held and q.due_at <= %(now)s
-          and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz  -- outside 1-9999: due_unreadable parks it
-        order by q.due_at, q.id
+    cross join lateral (  -- the tenant's share, highest priority first (0024): one range of
+        -- due_queue_tenant_priority_due per priority, 9 down to 0, read until the share is full
+        select q.id, q.due_at, q.priority
+        from generate_series(9, 0, -1) as p(priority)
+        cross join lateral (
+            select q.id, q.due_at, q.priority from due_queue q
+            where q.tenant = t.tenant and q.priority = p.priority and q.token is null
+              and not q.held and q.due_at <= %(now)s
+              and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz  -- else due_unreadable's
+            order by q.due_at, q.id
+            limit %(share)s
+            for update skip locked
+        ) q
         limit %(share)s
-        for update skip locked
     ) o
     where t.tenant is not null and not (select p.paused from tenants p where p.id = t.tenant)
 ), due as (
@@ -913,7 +931,7 @@ select extract(epoch from %(now)s - least(
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
        d.lease_token, d.lease_expires_at, d.send_attempt, d.send_deadline, d.superseded,
-       d.created_at, d.updated_at, s.kind,
+       d.created_at, d.updated_at, s.kind, d.held,
        q.token as pending_lease_token, q.expires_at as pending_lease_expires_at
 from deliveries d join schedules s on s.id = d.schedule_id
 left join due_queue q on q.id = d.id
@@ -922,7 +940,7 @@ where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 -- name: deliveries_of_schedule
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
-       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind, d.held
 from deliveries d join schedules s on s.id = d.schedule_id
 where s.schedule_key = %(key)s and d.tenant = %(tenant)s
 order by d.occurrence_at, d.recipient, d.id;
@@ -1178,11 +1196,13 @@ select tenant, delivery_key, due_at, state from (
 
 -- name: lateness_histogram
 -- CROSS-TENANT unless a tenant is given. Sends in (since, now], counted by lateness (occurrence
--- due -> sent, in seconds) into the buckets `bounds` (width_bucket: 0 below the first bound),
+-- due, or the instant its kind's send window and spread moved it to (0022), -> sent, in
+-- seconds) into the buckets `bounds` (width_bucket: 0 below the first bound),
 -- and one row (bucket null) with the count and p50/p95/p99: an index-only range of the
 -- sent-at index over the window, never the whole table.
 with sent as materialized (
-    select extract(epoch from d.updated_at - d.occurrence_at)::float8 as late
+    select extract(epoch from d.updated_at - coalesce(d.planned_at, d.occurrence_at))::float8
+           as late
     from deliveries d
     where d.state = 'sent' and d.updated_at > %(since)s and d.updated_at <= %(now)s
       and (%(tenant)s::text is null or d.tenant = %(tenant)s)

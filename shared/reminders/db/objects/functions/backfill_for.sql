@@ -1,4 +1,4 @@
--- Materialise occurrences a window missed (migration 0022), off the series (origin
+-- Materialise occurrences a window missed (migration 0023), off the series (origin
 -- 'backfill'), each with its occurrence's own key. An occurrence that exists for the recipient
 -- in any state and any generation is never made again; the schedule is locked first, so two
 -- backfills at once make each occurrence once. Due now: its staleness window counts from now

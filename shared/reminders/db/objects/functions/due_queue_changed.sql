@@ -1,5 +1,5 @@
 -- due_queue (0013): a due delivery's state or due time changed. Any pending lease ends. An entry
--- made again is held (0022) while its schedule is paused.
+-- made again is held (0023) while its schedule is paused, with its kind's priority (0024).
 create or replace function due_queue_changed() returns trigger
 language plpgsql set search_path from current as $$
 begin
@@ -10,10 +10,12 @@ begin
                              token = null, expires_at = null
         where id = new.id;
     else  -- due again (released, reclaimed, retrying later): a new entry
-        insert into due_queue (id, tenant, state, due_at, held)
+        insert into due_queue (id, tenant, state, due_at, held, priority)
         values (new.id, new.tenant, new.state, new.due_at,
-                coalesce((select s.paused from schedules s where s.id = new.schedule_id), false))
+                coalesce((select s.paused from schedules s where s.id = new.schedule_id), false),
+                coalesce((select k.priority from kinds k where k.name = new.kind), 5))
         on conflict (id) do update set tenant = excluded.tenant, state = excluded.state,
+                                       priority = excluded.priority,
                                        due_at = excluded.due_at, token = null,
                                        expires_at = null, held = excluded.held;
     end if;

@@ -1,4 +1,4 @@
--- Pause (held) or resume a schedule (migration 0022); answers whether its paused flag changed.
+-- Pause (held) or resume a schedule (migration 0023); answers whether its paused flag changed.
 -- Its due deliveries' due_queue entries are held, or let go, in this transaction: a held entry
 -- is never walked by a tick, and a pending lease on one ends here (its message finds no lease).
 -- No delivery row is locked (as a tenant's pause): a consumer between its re-check and the

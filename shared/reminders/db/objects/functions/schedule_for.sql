@@ -63,8 +63,11 @@ begin
         if not expanded then  -- the scanner expands it: refuse what cannot yield anything
             perform check_first_occurrence(rrule, local_start);
         end if;
-    else
-        tz := null; local_start := null; gap := 'shift'; overlap := 'first';
+    else  -- a one-off's zone (0024): its recipient's, for its kind's send windows
+        if tz is not null then
+            perform check_zone(tz);
+        end if;
+        local_start := null; gap := 'shift'; overlap := 'first';
     end if;
     key := coalesce(key, 'auto-' || gen_random_uuid());
     if key = '' or length(key) > 200 then

@@ -1,4 +1,4 @@
--- Send a schedule now (migration 0022): one delivery per recipient, due now, off the series
+-- Send a schedule now (migration 0023): one delivery per recipient, due now, off the series
 -- (origin 'trigger': the series' pending deliveries, its next occurrence and its end stay as
 -- they were), each with its own stable key
 -- schedule:{id}/{generation}:trigger:{now, UTC}:{recipient}:{channel}. Triggered again at the
