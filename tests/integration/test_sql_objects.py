@@ -96,8 +96,9 @@ def test_work_in_flight_at_the_last_release_upgrades_to_the_objects_and_goes_out
         daily = series.deliveries[0].delivery_key
         rt = world.runtime(timedelta(seconds=1))
         # This code's scanner reads what later migrations add (deliveries.kind, 0020;
-        # due_queue.held and deliveries.origin, 0023; its priority, 0024): the last release's tick is played as
-        # its lease wrote the due entries (a token and an expiry) and published their ids.
+        # due_queue.held and deliveries.origin, 0023; its priority, 0024): the last release's
+        # tick is played as its lease wrote the due entries (a token and an expiry) and
+        # published their ids.
         now = rt.clock.now()
         leased = app.execute(
             "update due_queue set token = gen_random_uuid(), expires_at = %s"
