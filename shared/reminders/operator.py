@@ -449,12 +449,16 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
     if target not in RECONCILE_TARGETS:
         raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
     reason = checked_reason(reason, required=True)
-    rows, more = deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
-                            channel=channel, recipient=recipient, due_from=due_from,
-                            due_to=due_to)
-    counted = set(only_keys) if only_keys is not None else None
-    if counted is not None:
-        rows = [r for r in rows if r["delivery_key"] in counted]
+    filters: dict[str, Any] = {"state": state, "tenant": tenant, "kind": kind,
+                               "channel": channel, "recipient": recipient,
+                               "due_from": due_from, "due_to": due_to}
+    skipped: list[dict[str, Any]] = []
+    if only_keys is None:
+        rows, more = deliveries(conn, limit=limit, **filters)
+    else:
+        rows, skipped = _counted_rows(conn, list(dict.fromkeys(only_keys)), limit=limit,
+                                      **filters)
+        more = False
     done: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     where = _BULK_WHERE[via]
@@ -474,18 +478,71 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
         "dry_run": dry_run, "as": target, "matched": len(rows), "more": more,
         "reconciled": [] if dry_run else done, "would_reconcile": done if dry_run else [],
         "failed": failed}
-    if counted is not None:
-        data["changed_since_counted"] = len(counted) - len(rows)
+    if only_keys is not None:
+        # Exactly the keys given are acted on; each one that was not is named with why.
+        data["changed_since_counted"] = len(skipped)
+        data["not_acted_on"] = skipped + [
+            {"delivery_key": f["delivery_key"], "why": f["error"]} for f in failed]
     if not dry_run:
-        filters = {"state": state, "tenant": tenant, "kind": kind, "channel": channel,
-                   "recipient": recipient, "due_from": iso(due_from) if due_from else None,
-                   "due_to": iso(due_to) if due_to else None, "limit": limit}
+        shown = {**filters, "due_from": iso(due_from) if due_from else None,
+                 "due_to": iso(due_to) if due_to else None, "limit": limit}
+        detail: dict[str, Any] = {
+            "filters": {k: v for k, v in shown.items() if v is not None},
+            "reconciled": len(done), "refused": len(failed)}
+        if only_keys is not None:
+            detail["counted"] = len(rows) + len(skipped)
+            detail["not_acted_on"] = len(data["not_acted_on"])
         record_action(conn, action=f"reconciled as {target}", obj="deliveries",
-                      name=_filters_text(filters), tenant=tenant, reason=reason, now=now,
-                      who=actor, via=via, detail={
-                          "filters": {k: v for k, v in filters.items() if v is not None},
-                          "reconciled": len(done), "refused": len(failed)})
+                      name=_filters_text(shown), tenant=tenant, reason=reason, now=now,
+                      who=actor, via=via, detail=detail)
     return data
+
+
+def _counted_rows(conn: db.Connection, keys: list[str], *, limit: int, state: str | None,
+                  tenant: str | None, kind: str | None, channel: str | None,
+                  recipient: str | None, due_from: datetime | None,
+                  due_to: datetime | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Of exactly these keys (what a dry run counted, or the rows an operator selected), the
+    rows that still match every filter, by due time; and each key that does not, with why. A
+    row that came to match since is never among them: only the keys given are read."""
+    from reminders.errors import InvalidInput
+
+    if len(keys) > limit:
+        raise InvalidInput(f"{len(keys)} deliveries named, more than the limit of {limit}")
+    found = {r["delivery_key"]: r for r in db.fetch_all(conn, "deliveries_by_keys", {
+        "keys": keys, "tenant": tenant, "limit": max(1, len(keys))})}
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for key in keys:
+        r = found.get(key)
+        if r is None:
+            skipped.append({"delivery_key": key, "why": "no such delivery" + (
+                f" of tenant {tenant}" if tenant else "")})
+            continue
+        why = _mismatch(r, state=state, kind=kind, channel=channel, recipient=recipient,
+                        due_from=due_from, due_to=due_to)
+        if why is None:
+            rows.append({**_page_row(r), "id": r["id"]})
+        else:
+            skipped.append({"delivery_key": key, "why": why})
+    rows.sort(key=lambda r: (r["due_at"], r["id"]))
+    return rows, skipped
+
+
+def _mismatch(r: db.Row, *, state: str | None, kind: str | None, channel: str | None,
+              recipient: str | None, due_from: datetime | None,
+              due_to: datetime | None) -> str | None:
+    """Why a row no longer matches a bulk action's filters, or None when it does."""
+    if state is not None and r["state"] != state:
+        return f"it is {r['state']} now, not {state}"
+    for name, wanted in (("kind", kind), ("channel", channel), ("recipient", recipient)):
+        if wanted is not None and r[name] != wanted:
+            return f"its {name} is {r[name]}, not {wanted}"
+    if due_from is not None and r["due_at"] < due_from:
+        return f"it is due {iso(r['due_at'])} now, before {iso(due_from)}"
+    if due_to is not None and r["due_at"] >= due_to:
+        return f"it is due {iso(r['due_at'])} now, not before {iso(due_to)}"
+    return None
 
 
 _BULK_WHERE = {"cli": "bulk", "console": "bulk in the console",

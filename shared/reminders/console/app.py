@@ -367,11 +367,11 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             data = operator.reconcile_bulk(conn, target=target, reason=reason_of(form),
                                            limit=limit, now=ctx.now(), actor=ctx.actor,
                                            via="console", only_keys=keys, **filters)
-            changed = data.get("changed_since_counted", 0)
+            left = data.get("not_acted_on", [])
             what = (f"reconciled {len(data['reconciled'])} of the {len(keys)} counted "
                     f"{filters['state']} deliveries as {target}")
-            if changed:
-                what += f"; {changed} had changed since they were counted and were left alone"
+            if left:
+                what += f"; {len(left)} not acted on (each named below with why)"
             return {"title": "Done", "what": what, "result": data, "links": [
                 ("the attention list", "/attention?" + _query(
                     {k: v for k, v in filters.items() if k != "state"}))]}

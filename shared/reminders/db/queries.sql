@@ -1137,3 +1137,15 @@ returning digest;
 delete from identity_proofs
 where digest in (select digest from identity_proofs where expires_at <= %(now)s
                  order by expires_at limit %(limit)s);
+
+-- name: deliveries_by_keys
+-- CROSS-TENANT unless a tenant is given: the deliveries of these keys (a bulk action's counted
+-- or selected ones, at most its limit), whatever their state now, by due time then id.
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.delivery_key = any(%(keys)s::text[])
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+order by d.due_at, d.id
+limit %(limit)s;
