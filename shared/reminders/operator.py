@@ -341,22 +341,60 @@ def deliveries(conn: db.Connection, *, limit: int, state: str | None = None,
                tenant: str | None = None, kind: str | None = None, channel: str | None = None,
                recipient: str | None = None, due_from: datetime | None = None,
                due_to: datetime | None = None,
-               after: tuple[datetime, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """A page of deliveries matching every filter given, by due time; and whether more match.
-    ``after`` is the (due_at, id) the previous page ended on."""
+               after: tuple[datetime, int] | None = None,
+               sort: str = "due",
+               schedule: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """A page of deliveries matching every filter given, by due time (``sort="due"``, oldest
+    first) or by last change (``sort="updated"``, newest first); and whether more match.
+    ``after`` is the (due_at or updated_at, id) the previous page ended on."""
     from reminders.errors import InvalidInput
 
     if state is not None and state not in STATES:
         raise InvalidInput(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
-    return _page(conn, "deliveries_filtered", limit=limit, state=state, tenant=tenant,
+    if sort not in SORTS:
+        raise InvalidInput(f"sort: one of {', '.join(SORTS)}, got {sort!r}")
+    query = "deliveries_filtered" if sort == "due" else "deliveries_filtered_by_updated"
+    return _page(conn, query, limit=limit, state=state, tenant=tenant,
                  kind=kind, channel=channel, recipient=recipient, due_from=due_from,
-                 due_to=due_to, after=after)
+                 due_to=due_to, after=after, schedule=schedule)
+
+
+SORTS = ("due", "updated")
+
+
+def cursor_of(row: dict[str, Any], sort: str = "due") -> str:
+    """The cursor a page's last row gives the next page (``--after``)."""
+    return f"{row['due_at' if sort == 'due' else 'updated_at']}/{row['id']}"
+
+
+def find(conn: db.Connection, *, text: str, tenant: str | None = None,
+         ) -> list[dict[str, Any]]:
+    """What a delivery key, a schedule key or a webhook-id names: each a (what, tenant, key),
+    where ``what`` is ``delivery`` or ``schedule``. A webhook-id is the delivery key itself,
+    or its percent-encoded form (:func:`reminders.channels.signing.message_id`)."""
+    from urllib.parse import unquote
+
+    from reminders.errors import InvalidInput
+
+    text = text.strip()
+    if not text:
+        raise InvalidInput("go to: give a delivery key, a schedule key or a webhook-id")
+    if len(text) > 2000:
+        raise InvalidInput(f"go to: at most 2000 characters, got {len(text)}")
+    found = [dict(r) for r in db.fetch_all(conn, "delivery_find",
+                                           {"text": text, "tenant": tenant})]
+    decoded = unquote(text) if "%" in text else text
+    if not found and decoded != text:
+        found = [dict(r) for r in db.fetch_all(conn, "delivery_find",
+                                               {"text": decoded, "tenant": tenant})]
+    return found
 
 
 def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
           tenant: str | None, kind: str | None, channel: str | None, recipient: str | None,
           due_from: datetime | None, due_to: datetime | None,
-          after: tuple[datetime, int] | None) -> tuple[list[dict[str, Any]], bool]:
+          after: tuple[datetime, int] | None,
+          schedule: str | None = None) -> tuple[list[dict[str, Any]], bool]:
     """One page of ``query`` (a keyset page by (due_at, id)), and whether more match. Each
     listing keeps its own query so the planner sees its literal predicate (the parked one is
     read off the partial index of parked rows)."""
@@ -366,7 +404,7 @@ def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
         raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
     rows = db.fetch_all(conn, query, {
         "state": state, "tenant": tenant, "kind": kind, "channel": channel,
-        "recipient": recipient, "due_from": due_from, "due_to": due_to,
+        "recipient": recipient, "due_from": due_from, "due_to": due_to, "schedule": schedule,
         "after_due": after[0] if after else None, "after_id": after[1] if after else None,
         "limit": limit + 1})
     return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit

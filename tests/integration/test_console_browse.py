@@ -1,0 +1,148 @@
+"""The console's Deliveries page in a real headless browser (Debian's Chromium through
+Playwright) after demo-like traffic: every delivery in any state, filtered, sorted and paged
+exactly as `reminders list --json` lists them; the "go to" box; rows ticked for a bulk action
+change exactly those rows."""
+# The fixtures come from test_console (this module gets its own console and traffic); pytest
+# passes them by name, which ruff reads as a redefinition.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+from reminders import operator
+from reminders.channels.signing import message_id
+from tests.integration.test_console import (  # noqa: F401 - the module's fixtures
+    Console,
+    browser,
+    console,
+    go,
+    page,
+)
+
+
+def listed(console: Console, *args: str) -> list[str]:
+    got = console.cli("list", *args, "--json", now=console.now)
+    return [r["delivery_key"] for r in got.json()]
+
+
+def shown(page: Any) -> list[str]:
+    keys: list[str] = page.locator("tr.delivery-row").evaluate_all(
+        "rs => rs.map(r => r.dataset.key)")
+    return keys
+
+
+FILTERS: list[dict[str, str]] = [
+    {},
+    {"state": "sent"},
+    {"state": "dead", "tenant": "globex"},
+    {"tenant": "globex", "sort": "updated"},
+    {"channel": "webhook", "kind": "digest"},
+    {"due_from": "2027-03-01T09:02:00Z", "due_to": "2027-03-01T09:04:00Z"},
+    {"tenant": "initech", "state": "scheduled"},
+    {"schedule": "invoice-8", "tenant": "globex"},
+]
+
+
+def test_the_deliveries_page_lists_what_list_json_lists(console: Console, page: Any) -> None:
+    for filters in FILTERS:
+        page.goto(console.url + "/deliveries?" + urllib.parse.urlencode(
+            {**filters, "limit": "200"}))
+        args = [a for k, v in filters.items() for a in (f"--{k.replace('_', '-')}", v)]
+        expected = listed(console, *args, "--limit", "200")
+        assert shown(page) == expected, filters
+        assert page.inner_text("#shown").startswith(f"{len(expected)} shown"), filters
+    assert len(listed(console, "--limit", "200")) > 10
+    assert set(listed(console, "--limit", "200")) >= set(listed(console, "--attention"))
+
+
+def test_the_deliveries_page_pages_by_keyset_as_the_command_line(console: Console,
+                                                                 page: Any) -> None:
+    for sort in ("due", "updated"):
+        everything = listed(console, "--sort", sort, "--limit", "1000")
+        page.goto(console.url + f"/deliveries?sort={sort}&limit=25")
+        seen = shown(page)
+        while page.locator("#next-page").count():
+            go(page, "#next-page")
+            seen += shown(page)
+        assert seen == everything, sort
+        assert len(everything) > 25
+
+
+def test_the_filter_form_and_relative_times(console: Console, page: Any) -> None:
+    page.goto(console.url + "/deliveries")
+    page.select_option("#browse-filters select[name=state]", "failed")
+    page.fill("#browse-filters input[name=tenant]", "globex")
+    go(page, "#browse-filters button")
+    assert shown(page) == listed(console, "--state", "failed", "--tenant", "globex")
+    body = page.inner_text("main")
+    assert " ago)" in body
+    assert "None" not in body and "{}" not in body
+    assert "+00:00" not in body and not any(
+        "." in t for t in page.locator("tr.delivery-row time").all_inner_texts())
+
+
+def test_go_to_takes_a_delivery_key_a_schedule_key_or_a_webhook_id(console: Console,
+                                                                   page: Any) -> None:
+    dead = console.cli("list", "--state", "dead", "--tenant", "globex", "--json").json()[0]
+    page.goto(console.url + "/deliveries")
+    page.fill("#goto-form input[name=q]", dead["delivery_key"])
+    go(page, "#goto-form button")
+    assert page.inner_text("#state") == "dead"
+    assert dead["delivery_key"] in page.inner_text("h1")
+    page.fill("#goto-form input[name=q]", "invoice-8")
+    go(page, "#goto-form button")
+    assert shown(page) == listed(console, "--schedule", "invoice-8", "--tenant", "globex")
+    assert len(shown(page)) == 4
+    # a webhook-id: the key itself, or its percent-encoded form for a key that is not ASCII
+    weird = next((r for r in console.cli("list", "--limit", "1000", "--json").json()
+                  if message_id(r["delivery_key"]) != r["delivery_key"]), None)
+    target = weird or dead
+    page.fill("#goto-form input[name=q]", message_id(target["delivery_key"]))
+    go(page, "#goto-form button")
+    assert target["delivery_key"] in page.inner_text("h1")
+    answer = page.goto(console.url + "/go?q=" + urllib.parse.quote("no-such-thing<b>"))
+    assert answer.status == 404
+    assert page.inner_text("#error") == "no delivery, schedule or webhook-id 'no-such-thing<b>'"
+
+
+def test_a_bulk_action_on_selected_rows_changes_exactly_those(console: Console,
+                                                              page: Any) -> None:
+    page.goto(console.url + "/deliveries?tenant=globex&state=failed")
+    rows = shown(page)
+    assert len(rows) == 3
+    chosen = rows[:2]
+    for key in chosen:
+        page.check(f"input.select[value='{key}']")
+    page.select_option("#select-form select[name=as]", "dead")
+    go(page, "#act-on-selected")
+    assert page.locator("tr.counted-row td.key").all_inner_texts() == chosen
+    assert int(page.inner_text("#count")) == 2
+    page.fill("input[name=reason]", "globex says the endpoint is gone for good")
+    go(page, "#confirm")
+    assert "reconciled 2 of the 2 counted failed deliveries as dead" in page.inner_text("#done")
+    states = {r["delivery_key"]: r["state"] for r in console.cli(
+        "list", "--tenant", "globex", "--limit", "1000", "--json").json()}
+    assert [states[k] for k in rows] == ["dead", "dead", "failed"]
+
+
+def test_a_selected_row_that_changed_before_the_confirmation_is_named(console: Console,
+                                                                      page: Any) -> None:
+    page.goto(console.url + "/deliveries?tenant=globex&state=dead")
+    rows = shown(page)
+    for key in rows[:2]:
+        page.check(f"input.select[value='{key}']")
+    with console.conn() as conn:  # meanwhile, someone else retries the first one
+        operator.reconcile(conn, key=rows[0], tenant="globex", target="retry",
+                           reason="elsewhere", now=operator_now(console))
+    go(page, "#act-on-selected")
+    assert page.locator("tr.counted-row td.key").all_inner_texts() == [rows[1]]
+    assert page.locator("li.not-acted-on").all_inner_texts() == [
+        f"{rows[0]}: it is retrying now, not dead"]
+
+
+def operator_now(console: Console) -> Any:
+    from reminders.clock import parse_instant
+
+    return parse_instant(console.now, "now")
