@@ -1145,6 +1145,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     from reminders.clock import clock_from_env
     from reminders.console import serve
 
+    serve.require_packages()
     settings = _settings()
     _aws_environment()
     clock = clock_from_env(environment())

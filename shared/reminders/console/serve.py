@@ -28,6 +28,27 @@ class ConsoleContext:
     alarms: Callable[[], dict[str, Any]] | None = None
 
 
+# The console's libraries (the `console` extra), each imported before anything starts.
+PACKAGES = ("starlette", "jinja2", "uvicorn", "python_multipart", "pygal")
+INSTALL_HINT = "`make console`, or `pip install 'reminders[console]'` in this environment"
+
+
+def require_packages() -> None:
+    """Say how to install the console's libraries (exit status 2) when one is missing, instead
+    of an unexpected ModuleNotFoundError."""
+    import importlib
+
+    from reminders.errors import CommandFailed
+
+    for name in PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or name
+            raise CommandFailed(f"console: its web libraries are not installed (no module "
+                                f"named {missing!r}): {INSTALL_HINT}", code=2) from None
+
+
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # The cookie an access token is exchanged for (HttpOnly, SameSite=Strict), and the query
