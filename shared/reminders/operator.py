@@ -248,6 +248,14 @@ def show(conn: db.Connection, *, key: str, tenant: str) -> dict[str, Any]:
             "deliveries": [_delivery_json(conn, r) for r in rows]}
 
 
+def payload_of(conn: db.Connection, *, key: str, tenant: str) -> Any:
+    """The payload a delivery's sends carry, as its schedule holds it now."""
+    row = db.fetch_one(conn, "delivery_payload", {"key": key, "tenant": tenant})
+    if row is None:
+        raise NotFound(f"no delivery with key {key!r} for tenant {tenant!r}")
+    return row["payload"]
+
+
 RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 

@@ -146,3 +146,61 @@ def operator_now(console: Console) -> Any:
     from reminders.clock import parse_instant
 
     return parse_instant(console.now, "now")
+
+
+def test_a_deliverys_page_shows_its_payload_request_times_and_links(console: Console,
+                                                                    page: Any) -> None:
+    dead = console.cli("list", "--state", "dead", "--tenant", "globex", "--json").json()[0]
+    key = dead["delivery_key"]
+    page.goto(console.url + "/delivery?" + urllib.parse.urlencode(
+        {"tenant": "globex", "key": key}))
+    # never None or {} for a value (the rebuilt request body is the JSON it sent, verbatim)
+    for part in ("#facts", "#schedule", "#attempts", "#timeline", "#payload-empty"):
+        text = page.inner_text(part)
+        assert "None" not in text and "{}" not in text and "+00:00" not in text, part
+    assert "whsec_" not in page.content()
+    # the request of each attempt, rebuilt, headers but the signature
+    assert page.locator("details.request").count() == 2
+    request = page.inner_text("#request-2 pre")
+    assert request.splitlines()[0] == "POST /hooks/globex-down?codes=500 HTTP/1.1"
+    assert f"webhook-id: {message_id(key)}" in request
+    assert f"Idempotency-Key: {message_id(key)}" in request
+    assert "webhook-signature: v1,… (made from the endpoint's secret: never shown)" in request
+    assert '"attempt": 2' in request and f'"delivery_key": "{key}"' in request
+    assert "not recorded" in page.inner_text("#request-note")
+    # relative beside absolute, to the second
+    due = page.inner_text("#due")
+    assert due.startswith(dead["due_at"].split(".")[0].rstrip("Z") + "Z (") and "ago)" in due
+    assert not any("." in t for t in page.locator("time").all_inner_texts())
+    # its schedule's, its tenant's and its recipient's other deliveries
+    go(page, "#schedule-link")
+    assert shown(page) == listed(console, "--schedule", "invoice-8", "--tenant", "globex")
+    page.go_back()
+    go(page, "#tenant a")
+    assert shown(page) == listed(console, "--tenant", "globex", "--limit", "50")
+
+
+def test_a_payload_is_escaped_pretty_and_whole_on_request(console: Console, page: Any) -> None:
+    import json
+
+    hostile = {"note": "<script>alert(1)</script>&amp;", "lines": ["x" * 120] * 40}
+    made = console.cli("schedule", "--tenant", "hostile", "--channel", "email", "--at",
+                       "2027-03-02T09:00:00Z", "--recipient", "h@x.example", "--payload",
+                       json.dumps(hostile), "--json", now=console.now).json()
+    key = made["deliveries"][0]["delivery_key"]
+    page.goto(console.url + "/delivery?" + urllib.parse.urlencode(
+        {"tenant": "hostile", "key": key}))
+    assert page.locator("script").count() == 0
+    preview = page.inner_text("#payload-preview")
+    assert preview.endswith("…") and len(preview) <= 2001
+    assert not page.is_visible("#payload")
+    page.click("#payload-whole summary")
+    assert json.loads(page.inner_text("#payload")) == hostile
+    assert page.locator("details.request").count() == 0  # e-mail: no webhook request
+    empty = console.cli("schedule", "--tenant", "hostile", "--channel", "email", "--at",
+                        "2027-03-02T09:00:00Z", "--recipient", "e@x.example", "--json",
+                        now=console.now).json()["deliveries"][0]["delivery_key"]
+    page.goto(console.url + "/delivery?" + urllib.parse.urlencode(
+        {"tenant": "hostile", "key": empty}))
+    assert page.inner_text("#payload-empty") == "no payload (the schedule carries none)"
+    assert page.inner_text("#reason") == "no reason given"

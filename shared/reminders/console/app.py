@@ -31,7 +31,7 @@ from starlette.templating import Jinja2Templates
 
 from reminders import db, operator
 from reminders.cli_format import duration
-from reminders.console import timefmt
+from reminders.console import story, timefmt
 from reminders.console.charts import lateness_svg
 from reminders.console.serve import (
     ACCESS_COOKIE,
@@ -362,7 +362,11 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             if "deliveries" in data:
                 raise NotFound(f"{key!r} is a schedule key; pick one of its deliveries on "
                                "the Attention page or with `reminders show`")
-            return {"title": f"Delivery {key}", "d": data}
+            payload = operator.payload_of(conn, key=key, tenant=tenant)
+            return {"title": f"Delivery {key}", "d": data, "now": ctx.now(),
+                    "payload": story.payload_view(payload),
+                    "requests": story.webhook_requests(data, payload),
+                    "timeline": story.timeline(data)}
 
         return await read(request, work, "delivery.html")
 

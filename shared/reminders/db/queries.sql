@@ -1183,3 +1183,8 @@ select 'schedule', s.tenant, s.schedule_key
 from schedules s
 where s.schedule_key = %(text)s and (%(tenant)s::text is null or s.tenant = %(tenant)s)
 limit 20;
+
+-- name: delivery_payload
+-- A delivery's payload as its schedule holds it now (what a send builds its body from).
+select s.payload from deliveries d join schedules s on s.id = d.schedule_id
+where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
