@@ -204,3 +204,22 @@ def test_a_payload_is_escaped_pretty_and_whole_on_request(console: Console, page
         {"tenant": "hostile", "key": empty}))
     assert page.inner_text("#payload-empty") == "no payload (the schedule carries none)"
     assert page.inner_text("#reason") == "no reason given"
+
+
+def test_tenants_endpoints_and_opt_outs_as_the_command_line_lists_them(console: Console,
+                                                                       page: Any) -> None:
+    page.goto(console.url + "/tenants")
+    tenants = console.cli("tenants", "list", "--json").json()
+    assert page.locator("tr.tenant-row").evaluate_all(
+        "rs => rs.map(r => r.dataset.tenant)") == [t["tenant"] for t in tenants]
+    assert [int(x) for x in page.locator("tr.tenant-row .pending").all_inner_texts()] == [
+        t["pending"] for t in tenants]
+    endpoints = console.cli("endpoints", "list", "--json").json()
+    assert page.locator("tr.endpoint-row td.key").all_inner_texts() == [
+        e["url"] for e in endpoints]
+    assert "whsec_" not in page.content()
+    opt_outs = console.cli("opt-outs", "list", "--json").json()
+    assert page.locator("tr.opt-out-row").count() == len(opt_outs)
+    # pausing from here is the overview's confirmed action, with a reason
+    go(page, "tr.tenant-row[data-tenant='initech'] >> text=resume…")
+    assert page.url.endswith("/actions/tenant?tenant=initech&pause=0")

@@ -320,6 +320,17 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
         return await read(request, work, "deliveries.html")
 
+    async def settings(request: Request) -> Response:
+        def work(conn: Any) -> dict[str, Any]:
+            cap = 1000
+            return {"title": "Tenants", "cap": cap, "now": ctx.now(),
+                    "tenants": operator.tenants(conn, limit=cap),
+                    "endpoints": operator.endpoints(conn, tenant=None, limit=cap),
+                    "opt_outs": operator.opt_outs(conn, tenant=None, channel=None,
+                                                  recipient=None, limit=cap)}
+
+        return await read(request, work, "settings.html")
+
     async def goto(request: Request) -> Response:
         params = request.query_params
 
@@ -497,6 +508,7 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
         Route("/delivery", delivery),
         Route("/deliveries", browse),
         Route("/go", goto),
+        Route("/tenants", settings),
         Route("/actions/reconcile", reconcile_confirm, methods=["GET"]),
         Route("/actions/reconcile", reconcile_run, methods=["POST"]),
         Route("/actions/bulk", bulk_confirm, methods=["GET"]),
