@@ -75,6 +75,10 @@ def shoot(base: str) -> None:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + "/")
         page.screenshot(path=str(DOCS / "console-overview.png"), full_page=True)
+        page.goto(base + "/deliveries?tenant=globex&state=dead")
+        for box in page.locator("input.select").all()[:2]:
+            box.check()
+        page.screenshot(path=str(DOCS / "console-deliveries.png"), full_page=True)
         page.goto(base + "/attention")
         page.screenshot(path=str(DOCS / "console-attention.png"), full_page=True)
         page.goto(base + "/attention?tenant=globex&state=dead")
@@ -86,7 +90,7 @@ def shoot(base: str) -> None:
         page.fill("input[name=reason]", "globex fixed their endpoint (ticket 4711)")
         page.screenshot(path=str(DOCS / "console-bulk-confirm.png"), full_page=True)
         browser.close()
-    for name in ("overview", "attention", "delivery", "bulk-confirm"):
+    for name in ("overview", "deliveries", "attention", "delivery", "bulk-confirm"):
         path = DOCS / f"console-{name}.png"
         print(f"{path.relative_to(DOCS.parent)}: {path.stat().st_size} bytes")
 

@@ -250,6 +250,14 @@ def show(conn: db.Connection, *, key: str, tenant: str) -> dict[str, Any]:
             "deliveries": [_delivery_json(conn, r) for r in rows]}
 
 
+def payload_of(conn: db.Connection, *, key: str, tenant: str) -> Any:
+    """The payload a delivery's sends carry, as its schedule holds it now."""
+    row = db.fetch_one(conn, "delivery_payload", {"key": key, "tenant": tenant})
+    if row is None:
+        raise NotFound(f"no delivery with key {key!r} for tenant {tenant!r}")
+    return row["payload"]
+
+
 RECONCILE_TARGETS = ("sent", "failed", "dead", "retry")
 
 
@@ -345,22 +353,60 @@ def deliveries(conn: db.Connection, *, limit: int, state: str | None = None,
                tenant: str | None = None, kind: str | None = None, channel: str | None = None,
                recipient: str | None = None, due_from: datetime | None = None,
                due_to: datetime | None = None,
-               after: tuple[datetime, int] | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """A page of deliveries matching every filter given, by due time; and whether more match.
-    ``after`` is the (due_at, id) the previous page ended on."""
+               after: tuple[datetime, int] | None = None,
+               sort: str = "due",
+               schedule: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """A page of deliveries matching every filter given, by due time (``sort="due"``, oldest
+    first) or by last change (``sort="updated"``, newest first); and whether more match.
+    ``after`` is the (due_at or updated_at, id) the previous page ended on."""
     from reminders.errors import InvalidInput
 
     if state is not None and state not in STATES:
         raise InvalidInput(f"unknown state {state!r}; expected one of {', '.join(STATES)}")
-    return _page(conn, "deliveries_filtered", limit=limit, state=state, tenant=tenant,
+    if sort not in SORTS:
+        raise InvalidInput(f"sort: one of {', '.join(SORTS)}, got {sort!r}")
+    query = "deliveries_filtered" if sort == "due" else "deliveries_filtered_by_updated"
+    return _page(conn, query, limit=limit, state=state, tenant=tenant,
                  kind=kind, channel=channel, recipient=recipient, due_from=due_from,
-                 due_to=due_to, after=after)
+                 due_to=due_to, after=after, schedule=schedule)
+
+
+SORTS = ("due", "updated")
+
+
+def cursor_of(row: dict[str, Any], sort: str = "due") -> str:
+    """The cursor a page's last row gives the next page (``--after``)."""
+    return f"{row['due_at' if sort == 'due' else 'updated_at']}/{row['id']}"
+
+
+def find(conn: db.Connection, *, text: str, tenant: str | None = None,
+         ) -> list[dict[str, Any]]:
+    """What a delivery key, a schedule key or a webhook-id names: each a (what, tenant, key),
+    where ``what`` is ``delivery`` or ``schedule``. A webhook-id is the delivery key itself,
+    or its percent-encoded form (:func:`reminders.channels.signing.message_id`)."""
+    from urllib.parse import unquote
+
+    from reminders.errors import InvalidInput
+
+    text = text.strip()
+    if not text:
+        raise InvalidInput("go to: give a delivery key, a schedule key or a webhook-id")
+    if len(text) > 2000:
+        raise InvalidInput(f"go to: at most 2000 characters, got {len(text)}")
+    found = [dict(r) for r in db.fetch_all(conn, "delivery_find",
+                                           {"text": text, "tenant": tenant})]
+    decoded = unquote(text) if "%" in text else text
+    if not found and decoded != text:
+        found = [dict(r) for r in db.fetch_all(conn, "delivery_find",
+                                               {"text": decoded, "tenant": tenant})]
+    return found
 
 
 def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
           tenant: str | None, kind: str | None, channel: str | None, recipient: str | None,
           due_from: datetime | None, due_to: datetime | None,
-          after: tuple[datetime, int] | None) -> tuple[list[dict[str, Any]], bool]:
+          after: tuple[datetime, int] | None,
+          schedule: str | None = None) -> tuple[list[dict[str, Any]], bool]:
     """One page of ``query`` (a keyset page by (due_at, id)), and whether more match. Each
     listing keeps its own query so the planner sees its literal predicate (the parked one is
     read off the partial index of parked rows)."""
@@ -370,7 +416,7 @@ def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
         raise InvalidInput(f"limit must be from 1 to 10000, got {limit}")
     rows = db.fetch_all(conn, query, {
         "state": state, "tenant": tenant, "kind": kind, "channel": channel,
-        "recipient": recipient, "due_from": due_from, "due_to": due_to,
+        "recipient": recipient, "due_from": due_from, "due_to": due_to, "schedule": schedule,
         "after_due": after[0] if after else None, "after_id": after[1] if after else None,
         "limit": limit + 1})
     return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit
@@ -513,12 +559,16 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
     if target not in RECONCILE_TARGETS:
         raise InvalidInput(f"--as must be one of {', '.join(RECONCILE_TARGETS)}, got {target!r}")
     reason = checked_reason(reason, required=True)
-    rows, more = deliveries(conn, limit=limit, state=state, tenant=tenant, kind=kind,
-                            channel=channel, recipient=recipient, due_from=due_from,
-                            due_to=due_to)
-    counted = set(only_keys) if only_keys is not None else None
-    if counted is not None:
-        rows = [r for r in rows if r["delivery_key"] in counted]
+    filters: dict[str, Any] = {"state": state, "tenant": tenant, "kind": kind,
+                               "channel": channel, "recipient": recipient,
+                               "due_from": due_from, "due_to": due_to}
+    skipped: list[dict[str, Any]] = []
+    if only_keys is None:
+        rows, more = deliveries(conn, limit=limit, **filters)
+    else:
+        rows, skipped = _counted_rows(conn, list(dict.fromkeys(only_keys)), limit=limit,
+                                      **filters)
+        more = False
     done: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     where = _BULK_WHERE[via]
@@ -538,18 +588,71 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
         "dry_run": dry_run, "as": target, "matched": len(rows), "more": more,
         "reconciled": [] if dry_run else done, "would_reconcile": done if dry_run else [],
         "failed": failed}
-    if counted is not None:
-        data["changed_since_counted"] = len(counted) - len(rows)
+    if only_keys is not None:
+        # Exactly the keys given are acted on; each one that was not is named with why.
+        data["changed_since_counted"] = len(skipped)
+        data["not_acted_on"] = skipped + [
+            {"delivery_key": f["delivery_key"], "why": f["error"]} for f in failed]
     if not dry_run:
-        filters = {"state": state, "tenant": tenant, "kind": kind, "channel": channel,
-                   "recipient": recipient, "due_from": iso(due_from) if due_from else None,
-                   "due_to": iso(due_to) if due_to else None, "limit": limit}
+        shown = {**filters, "due_from": iso(due_from) if due_from else None,
+                 "due_to": iso(due_to) if due_to else None, "limit": limit}
+        detail: dict[str, Any] = {
+            "filters": {k: v for k, v in shown.items() if v is not None},
+            "reconciled": len(done), "refused": len(failed)}
+        if only_keys is not None:
+            detail["counted"] = len(rows) + len(skipped)
+            detail["not_acted_on"] = len(data["not_acted_on"])
         record_action(conn, action=f"reconciled as {target}", obj="deliveries",
-                      name=_filters_text(filters), tenant=tenant, reason=reason, now=now,
-                      who=actor, via=via, detail={
-                          "filters": {k: v for k, v in filters.items() if v is not None},
-                          "reconciled": len(done), "refused": len(failed)})
+                      name=_filters_text(shown), tenant=tenant, reason=reason, now=now,
+                      who=actor, via=via, detail=detail)
     return data
+
+
+def _counted_rows(conn: db.Connection, keys: list[str], *, limit: int, state: str | None,
+                  tenant: str | None, kind: str | None, channel: str | None,
+                  recipient: str | None, due_from: datetime | None,
+                  due_to: datetime | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Of exactly these keys (what a dry run counted, or the rows an operator selected), the
+    rows that still match every filter, by due time; and each key that does not, with why. A
+    row that came to match since is never among them: only the keys given are read."""
+    from reminders.errors import InvalidInput
+
+    if len(keys) > limit:
+        raise InvalidInput(f"{len(keys)} deliveries named, more than the limit of {limit}")
+    found = {r["delivery_key"]: r for r in db.fetch_all(conn, "deliveries_by_keys", {
+        "keys": keys, "tenant": tenant, "limit": max(1, len(keys))})}
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    for key in keys:
+        r = found.get(key)
+        if r is None:
+            skipped.append({"delivery_key": key, "why": "no such delivery" + (
+                f" of tenant {tenant}" if tenant else "")})
+            continue
+        why = _mismatch(r, state=state, kind=kind, channel=channel, recipient=recipient,
+                        due_from=due_from, due_to=due_to)
+        if why is None:
+            rows.append({**_page_row(r), "id": r["id"]})
+        else:
+            skipped.append({"delivery_key": key, "why": why})
+    rows.sort(key=lambda r: (r["due_at"], r["id"]))
+    return rows, skipped
+
+
+def _mismatch(r: db.Row, *, state: str | None, kind: str | None, channel: str | None,
+              recipient: str | None, due_from: datetime | None,
+              due_to: datetime | None) -> str | None:
+    """Why a row no longer matches a bulk action's filters, or None when it does."""
+    if state is not None and r["state"] != state:
+        return f"it is {r['state']} now, not {state}"
+    for name, wanted in (("kind", kind), ("channel", channel), ("recipient", recipient)):
+        if wanted is not None and r[name] != wanted:
+            return f"its {name} is {r[name]}, not {wanted}"
+    if due_from is not None and r["due_at"] < due_from:
+        return f"it is due {iso(r['due_at'])} now, before {iso(due_from)}"
+    if due_to is not None and r["due_at"] >= due_to:
+        return f"it is due {iso(r['due_at'])} now, not before {iso(due_to)}"
+    return None
 
 
 _BULK_WHERE = {"cli": "bulk", "console": "bulk in the console",

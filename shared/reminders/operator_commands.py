@@ -119,7 +119,8 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
                     tenant: str | None = None, kind: str | None = None,
                     channel: str | None = None, recipient: str | None = None,
                     due_from: str | None = None, due_to: str | None = None,
-                    after: str | None = None, attention: bool = False) -> Outcome:
+                    after: str | None = None, attention: bool = False,
+                    sort: str = "due", schedule: str | None = None) -> Outcome:
     """A page of deliveries by due time (``attention``: parked ones only, the console's
     worklist); the next page's cursor (``--after DUE/ID``) goes in the text, or to stderr
     with ``--json``."""
@@ -133,12 +134,17 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
             raise InvalidInput(f"--after: expected the cursor a previous page printed "
                                f"(DUE/ID), got {after!r}")
         cursor_after = (instant(stamp, "--after"), int(ident))
-    page = operator.attention if attention else operator.deliveries
-    rows, more = page(
-        conn, limit=limit, state=state, tenant=tenant, kind=kind, channel=channel,
-        recipient=recipient, due_from=_optional_instant(due_from, "--due-from"),
-        due_to=_optional_instant(due_to, "--due-to"), after=cursor_after)
-    cursor = f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None
+    filters: dict[str, Any] = {
+        "limit": limit, "state": state, "tenant": tenant, "kind": kind, "channel": channel,
+        "recipient": recipient, "due_from": _optional_instant(due_from, "--due-from"),
+        "due_to": _optional_instant(due_to, "--due-to"), "after": cursor_after}
+    if attention:
+        if sort != "due" or schedule is not None:
+            raise InvalidInput("--attention lists by due time only, without --schedule")
+        rows, more = operator.attention(conn, **filters)
+    else:
+        rows, more = operator.deliveries(conn, sort=sort, schedule=schedule, **filters)
+    cursor = operator.cursor_of(rows[-1], sort) if rows and more else None
     for r in rows:
         del r["id"]
     outcome = Outcome(rows, None)

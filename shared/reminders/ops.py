@@ -109,6 +109,8 @@ ARGS: Mapping[str, Arg] = {
     "schedule_state": Arg(str, choices=("active", "paused", "cancelled", "finished")),
     "from": Arg(str, max_length=64),
     "to": Arg(str, max_length=64),
+    "sort": Arg(str, choices=("due", "updated")),
+    "schedule": Arg(str, max_length=1000),
 }
 
 # Each command: (the arguments it takes, those it must have).
@@ -116,7 +118,8 @@ COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset({"tenant"}), frozenset()),
     "show": (frozenset({"key", "tenant"}), frozenset({"key"})),
     "list": (frozenset({"state", "attention", "tenant", "kind", "channel", "recipient",
-                        "due_from", "due_to", "after", "limit"}), frozenset()),
+                        "due_from", "due_to", "after", "limit", "sort", "schedule"}),
+             frozenset()),
     "reconcile": (frozenset({"key", "tenant", "state", "kind", "channel", "recipient",
                              "due_from", "due_to", "limit", "dry_run", "as", "reason"}),
                   frozenset({"as", "reason"})),
@@ -282,7 +285,8 @@ def _run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller
             conn, limit=a.get("limit") or 100, state=a.get("state"), tenant=a.get("tenant"),
             kind=a.get("kind"), channel=a.get("channel"), recipient=a.get("recipient"),
             due_from=a.get("due_from"), due_to=a.get("due_to"), after=a.get("after"),
-            attention=bool(a.get("attention")))
+            attention=bool(a.get("attention")), sort=a.get("sort") or "due",
+            schedule=a.get("schedule"))
     if request.command == "reconcile":
         return commands.reconcile(
             conn, now=now, key=a.get("key"), tenant=a.get("tenant"), as_=a["as"],

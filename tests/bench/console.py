@@ -16,9 +16,13 @@ from datetime import timedelta
 from typing import Any
 
 from reminders import db, operator
+from reminders.clock import iso
 from tests.bench.support import NOW, URL, Cluster, fresh_db, timed, untimed
 
 ROWS = 1_000_000
+BROWSE_NONE: dict[str, Any] = {
+    "state": None, "tenant": None, "kind": None, "channel": None, "recipient": None,
+    "due_from": None, "due_to": None, "schedule": None, "after_due": None, "after_id": None}
 SCHEDULES = 10_000
 
 FILL = """
@@ -147,6 +151,18 @@ def bench_console(server: Cluster) -> dict[str, Any]:
         assert dead is not None
         deep, _ = operator.attention(conn, limit=2000)
         cursor = f"{deep[-1]['due_at']}/{deep[-1]['id']}"
+        # The Deliveries page's cursors: 2,000 rows in, and 900,000 rows in (near the end).
+        browse_cursors = {}
+        for sort, column in (("due", "due_at"), ("updated", "updated_at")):
+            order = "asc" if sort == "due" else "desc"
+            for n in (2_000, 900_000):
+                row = conn.execute(
+                    f"select {column} as at, id from deliveries order by {column} {order}, "
+                    f"id {order} offset %s limit 1", (n,)).fetchone()
+                assert row is not None
+                browse_cursors[(sort, n)] = operator.cursor_of(
+                    {"due_at" if sort == "due" else "updated_at": iso(row["at"]),
+                     "id": row["id"]}, sort)
         figures["parked"] = conn.execute(
             "select count(*) as n from deliveries"
             " where state in ('unknown', 'dead', 'failed', 'stale')").fetchone()
@@ -161,6 +177,12 @@ def bench_console(server: Cluster) -> dict[str, Any]:
                 "state": None, "tenant": None, "kind": None, "channel": None,
                 "recipient": None, "due_from": None, "due_to": None, "after_due": None,
                 "after_id": None, "limit": 51}),
+            "deliveries_first_page": plan(conn, "deliveries_filtered", {
+                **BROWSE_NONE, "limit": 51}),
+            "deliveries_by_updated_first_page": plan(conn, "deliveries_filtered_by_updated", {
+                **BROWSE_NONE, "limit": 51}),
+            "deliveries_tenant_first_page": plan(conn, "deliveries_filtered", {
+                **BROWSE_NONE, "tenant": "t7", "limit": 51}),
             "status_breakdown": plan(conn, "status_breakdown", {"tenant": None}),
             "oldest_overdue_delivery": plan(conn, "oldest_overdue_delivery",
                                             {"now": NOW, "tenant": None}),
@@ -188,6 +210,23 @@ def bench_console(server: Cluster) -> dict[str, Any]:
             "delivery": "/delivery?" + urlencode({"tenant": dead["tenant"],
                                                   "key": dead["delivery_key"]}),
             "bulk_confirm_count": "/actions/bulk?tenant=t7&state=dead&as=retry&limit=100",
+            # The Deliveries page (every state): a page costs the same at row 2,000 as at row
+            # 900,000, and grows with the page's size, not with the table.
+            "deliveries_first_page_25": "/deliveries?limit=25",
+            "deliveries_first_page_200": "/deliveries?limit=200",
+            "deliveries_after_2000": "/deliveries?" + urlencode(
+                {"after": browse_cursors[("due", 2_000)]}),
+            "deliveries_after_900000": "/deliveries?" + urlencode(
+                {"after": browse_cursors[("due", 900_000)]}),
+            "deliveries_by_updated_first_page": "/deliveries?sort=updated",
+            "deliveries_by_updated_after_900000": "/deliveries?" + urlencode(
+                {"sort": "updated", "after": browse_cursors[("updated", 900_000)]}),
+            "deliveries_state_sent": "/deliveries?state=sent",
+            "deliveries_tenant": "/deliveries?tenant=t7",
+            "deliveries_tenant_by_updated": "/deliveries?tenant=t7&sort=updated",
+            "deliveries_one_schedule": "/deliveries?tenant=t8&schedule=bench-7",
+            "deliveries_recipient_no_match": "/deliveries?recipient=nobody",
+            "go_to_a_delivery_key": "/go?" + urlencode({"q": dead["delivery_key"]}),
         }
         started = time.perf_counter()
         figures["page_get_ms"] = {name: app.get_ms(path) for name, path in pages.items()}

@@ -270,9 +270,12 @@ def test_reconciling_one_and_pausing_a_tenant_need_a_reason(console: Console,
     assert shown["events"][-1]["detail"] == f"trip is over (console, by {operator.current_user()})"
     page.goto(console.url + "/delivery?" + urllib.parse.urlencode(
         {"tenant": target["tenant"], "key": target["delivery_key"]}))
-    assert page.locator("#timeline tr.event.operator").all_inner_texts() == [
-        f"{shown['events'][-1]['at']}\toperator\treconciled as failed\t"
+    assert [t.split("\t", 1)[1] for t in page.locator(
+        "#timeline tr.event.operator").all_inner_texts()] == [
+        f"operator {operator.current_user()}\treconciled as failed\t"
         f"trip is over (console, by {operator.current_user()})"]
+    assert page.locator("#timeline tr.event.operator time").inner_text() == (
+        shown["events"][-1]["at"].split(".")[0].removesuffix("Z") + "Z")
 
     page.goto(console.url + "/")
     page.fill("input[name=tenant]", "acme")

@@ -3,10 +3,13 @@ completion on the simulated clock, every reminder ends as it should, and the sta
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 
@@ -32,3 +35,36 @@ def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     assert [p["reason"] for p in report["parked_messages"]] == [
         "unparseable: body is not JSON: '{not json'"]
     assert not (tmp_path / "home" / "local.json").exists()  # it stopped what it started
+    # The report names the one command that opens the console on the demo's own database, at
+    # the demo's simulated time; it starts the local stack again (its Postgres kept the data).
+    assert report["console"] == "reminders console --demo"
+    from reminders.local import stack
+
+    port = stack.free_port()
+    server = subprocess.Popen([sys.executable, "-m", "reminders.cli", "console", "--demo",
+                               "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        stack.wait_http(f"http://127.0.0.1:{port}/static/console.css", seconds=120)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/deliveries?limit=200",
+                                    timeout=30) as answer:
+            page = answer.read().decode()
+    finally:
+        server.terminate()
+        server.wait(10)
+        subprocess.run([sys.executable, "-m", "reminders.cli", "local", "down"], env=env,
+                       capture_output=True, timeout=60)
+    keys = re.findall(r'class="delivery-row" data-key="([^"]+)"', page)
+    assert sorted(html.unescape(k) for k in keys) == sorted(
+        d["delivery_key"] for d in report["deliveries"])
+
+
+def test_console_demo_before_any_demo_says_to_run_one(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REMINDERS_"))}
+    env["REMINDERS_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "console", "--demo"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    path = tmp_path / "home" / "last-demo.json"
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", (
+        f"reminders: error: console --demo: no demo has run here ({path} is missing or "
+        "unreadable): run `make demo` (or `reminders demo`) first\n"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from reminders.cli.common import _aws_environment, _count, _settings, environment
@@ -16,6 +17,13 @@ def cmd_console(args: argparse.Namespace) -> int:
     from reminders.clock import clock_from_env
     from reminders.console import serve
 
+    serve.require_packages()
+    if args.demo:  # the last demo's database at its simulated time, on the local stack
+        from reminders.local import demo
+
+        for key, value in demo.console_environment().items():
+            if key in ("DATABASE_URL", "REMINDERS_NOW") or key not in os.environ:
+                os.environ[key] = value
     settings = _settings()
     _aws_environment()
     clock = clock_from_env(environment())
@@ -60,4 +68,7 @@ def add_parsers(sub: Any) -> None:
                    help="seconds between the overview's refreshes (default 10)")
     p.add_argument("--statement-timeout", type=_count("--statement-timeout", 1, 600),
                    default=15, help="seconds a page's query may run at most (default 15)")
+    p.add_argument("--demo", action="store_true",
+                   help="on the last `reminders demo`'s database, at its simulated time "
+                        "(starts the local stack if it is down)")
     p.set_defaults(func=cmd_console)

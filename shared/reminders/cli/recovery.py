@@ -77,7 +77,7 @@ REMOTE_COMMANDS: dict[str, tuple[str, ...]] = {
     "status": ("tenant",),
     "show": ("key", "tenant"),
     "list": ("state", "attention", "tenant", "kind", "channel", "recipient", "due_from",
-             "due_to", "after", "limit"),
+             "due_to", "after", "limit", "sort", "schedule"),
     "reconcile": ("key", "tenant", "state", "kind", "channel", "recipient", "due_from",
                   "due_to", "limit", "dry_run", "as", "reason"),
     "cancel": ("key", "tenant", "dry_run", "reason"),
@@ -124,7 +124,8 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
             return commands.list_deliveries(
                 conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
                 channel=args.channel, recipient=args.recipient, due_from=args.due_from,
-                due_to=args.due_to, after=args.after, attention=args.attention)
+                due_to=args.due_to, after=args.after, attention=args.attention,
+                sort=args.sort, schedule=args.schedule)
         if command == "tenants list":
             return commands.tenants_list(conn)
         if command == "cancel":  # a dry run changes nothing and names no one
@@ -244,6 +245,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--due-from", help="ISO-8601 instant: due at or after it")
     p.add_argument("--due-to", help="ISO-8601 instant: due before it")
     p.add_argument("--after", help="continue after the cursor a previous page printed")
+    p.add_argument("--schedule", help="only this schedule's (its key), e.g. invoice-8")
+    p.add_argument("--sort", choices=["due", "updated"], default="due",
+                   help="due: by due time, oldest first (default); updated: newest change first")
     p.add_argument("--limit", type=_count("--limit"), default=100,
                    help="rows per page, 1 to 10000 (default 100)")
     _json_flag(p)

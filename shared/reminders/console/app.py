@@ -31,6 +31,7 @@ from starlette.templating import Jinja2Templates
 
 from reminders import db, operator
 from reminders.cli_format import duration
+from reminders.console import story, timefmt
 from reminders.console.charts import lateness_svg
 from reminders.console.context import (
     ACCESS_COOKIE,
@@ -180,6 +181,9 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
                        page_sizes=PAGE_SIZES, max_reason_length=MAX_REASON_LENGTH)
     env.filters["duration"] = lambda v: duration(v, none="-")
     env.filters["query"] = _query
+    env.filters["when"] = timefmt.when
+    env.filters["instant"] = lambda v: timefmt.absolute(v) if v else ""
+    env.globals["bulk_limit"] = BULK_LIMIT_MAX
 
     def page(request: Request, name: str, context: dict[str, Any],
              status_code: int = 200) -> Response:
@@ -292,6 +296,72 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
         return await read(request, work, "attention.html")
 
+    async def browse(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            filters = _filters(params, states=operator.STATES)
+            sort = _text(params, "sort") or "due"
+            if sort not in operator.SORTS:
+                raise InvalidInput(f"sort: one of {', '.join(operator.SORTS)}, got {sort!r}")
+            limit = _limit(_text(params, "limit"), "limit", 50, max(PAGE_SIZES))
+            after = _cursor(_text(params, "after"))
+            schedule = _text(params, "schedule")
+            rows, more = operator.deliveries(conn, limit=limit, after=after, sort=sort,
+                                             schedule=schedule, **filters)
+            following = operator.cursor_of(rows[-1], sort) if rows and more else None
+            selectable = (filters["state"] in operator.BULK_STATES
+                          and bool(filters["tenant"] or filters["kind"]))
+            return {"title": "Deliveries", "rows": rows, "more": more, "filters": filters,
+                    "limit": limit, "sort": sort, "next_cursor": following,
+                    "schedule": schedule,
+                    "paged": after is not None, "selectable": selectable,
+                    "now": ctx.now()}
+
+        return await read(request, work, "deliveries.html")
+
+    async def settings(request: Request) -> Response:
+        def work(conn: Any) -> dict[str, Any]:
+            cap = 1000
+            return {"title": "Tenants", "cap": cap, "now": ctx.now(),
+                    "tenants": operator.tenants(conn, limit=cap),
+                    "endpoints": operator.endpoints(conn, tenant=None, limit=cap),
+                    "opt_outs": operator.opt_outs(conn, tenant=None, channel=None,
+                                                  recipient=None, limit=cap)}
+
+        return await read(request, work, "settings.html")
+
+    async def goto(request: Request) -> Response:
+        params = request.query_params
+
+        def work(conn: Any) -> dict[str, Any]:
+            text = _text(params, "q") or ""
+            found = operator.find(conn, text=text, tenant=_text(params, "tenant"))
+            if not found:
+                raise NotFound(f"no delivery, schedule or webhook-id {text!r}")
+            return {"title": "Go to", "q": text, "found": found}
+
+        try:
+            context = await run_in_threadpool(_in_transaction(work))
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+        found = context["found"]
+        if len(found) == 1 and found[0]["what"] == "delivery":
+            target = "/delivery?" + _query({"tenant": found[0]["tenant"],
+                                            "key": found[0]["key"]})
+            return Response(status_code=303, headers={"Location": target, **SECURITY_HEADERS})
+        if len(found) == 1:
+            target = "/deliveries?" + _query({"tenant": found[0]["tenant"],
+                                              "schedule": found[0]["key"]})
+            return Response(status_code=303, headers={"Location": target, **SECURITY_HEADERS})
+        return page(request, "goto.html", context)
+
+    def _in_transaction(work: Callable[[Any], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+        def run() -> dict[str, Any]:
+            with ctx.connect() as conn:
+                return work(conn)
+        return run
+
     async def delivery(request: Request) -> Response:
         params = request.query_params
 
@@ -303,7 +373,11 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             if "deliveries" in data:
                 raise NotFound(f"{key!r} is a schedule key; pick one of its deliveries on "
                                "the Attention page or with `reminders show`")
-            return {"title": f"Delivery {key}", "d": data}
+            payload = operator.payload_of(conn, key=key, tenant=tenant)
+            return {"title": f"Delivery {key}", "d": data, "now": ctx.now(),
+                    "payload": story.payload_view(payload),
+                    "requests": story.webhook_requests(data, payload),
+                    "timeline": story.timeline(data)}
 
         return await read(request, work, "delivery.html")
 
@@ -354,6 +428,27 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
         return await read(request, work, "confirm_bulk.html")
 
+    async def bulk_selected(request: Request) -> Response:
+        """The rows ticked on the Deliveries page: the confirmation lists exactly those (a
+        dry run of only those keys) and names each one that no longer matches, with why."""
+
+        def work(conn: Any, form: FormData) -> dict[str, Any]:
+            filters = _filters(form, states=operator.BULK_STATES)
+            target = _text(form, "as") or "retry"
+            keys = [k for k in form.getlist("keys") if isinstance(k, str)]
+            if not keys:
+                raise InvalidInput("no delivery selected: tick the rows to act on")
+            if len(keys) > BULK_LIMIT_MAX:
+                raise InvalidInput(f"{len(keys)} selected, at most {BULK_LIMIT_MAX} at once")
+            data = operator.reconcile_bulk(conn, target=target, reason="(counting)",
+                                           limit=len(keys), now=ctx.now(), actor=ctx.actor,
+                                           via="console", dry_run=True, only_keys=keys,
+                                           **filters)
+            return {"title": "Confirm: bulk reconcile", "filters": filters, "target": target,
+                    "limit": len(keys), "data": data, "selected": True}
+
+        return await posted(request, work, "confirm_bulk.html")
+
     async def bulk_run(request: Request) -> Response:
         def work(conn: Any, form: FormData) -> dict[str, Any]:
             filters = _filters(form, states=operator.BULK_STATES)
@@ -367,11 +462,11 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             data = operator.reconcile_bulk(conn, target=target, reason=reason_of(form),
                                            limit=limit, now=ctx.now(), actor=ctx.actor,
                                            via="console", only_keys=keys, **filters)
-            changed = data.get("changed_since_counted", 0)
+            left = data.get("not_acted_on", [])
             what = (f"reconciled {len(data['reconciled'])} of the {len(keys)} counted "
                     f"{filters['state']} deliveries as {target}")
-            if changed:
-                what += f"; {changed} had changed since they were counted and were left alone"
+            if left:
+                what += f"; {len(left)} not acted on (each named below with why)"
             return {"title": "Done", "what": what, "result": data, "links": [
                 ("the attention list", "/attention?" + _query(
                     {k: v for k, v in filters.items() if k != "state"}))]}
@@ -411,10 +506,14 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
         Route("/", overview),
         Route("/attention", attention),
         Route("/delivery", delivery),
+        Route("/deliveries", browse),
+        Route("/go", goto),
+        Route("/tenants", settings),
         Route("/actions/reconcile", reconcile_confirm, methods=["GET"]),
         Route("/actions/reconcile", reconcile_run, methods=["POST"]),
         Route("/actions/bulk", bulk_confirm, methods=["GET"]),
         Route("/actions/bulk", bulk_run, methods=["POST"]),
+        Route("/actions/bulk/selected", bulk_selected, methods=["POST"]),
         Route("/actions/tenant", tenant_confirm, methods=["GET"]),
         Route("/actions/tenant", tenant_run, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -18,8 +18,29 @@ from reminders.console.context import (
 )
 
 # Its own and, for its callers, the context's.
-__all__ = ["ACCESS_COOKIE", "ACCESS_PARAMETER", "LOCAL_HOSTS", "WILDCARD_HOSTS", "Access",
-           "ConsoleContext", "access_for", "allowed_hosts", "is_loopback", "run"]
+__all__ = ["ACCESS_COOKIE", "ACCESS_PARAMETER", "INSTALL_HINT", "LOCAL_HOSTS", "PACKAGES",
+           "WILDCARD_HOSTS", "Access", "ConsoleContext", "access_for", "allowed_hosts",
+           "is_loopback", "require_packages", "run"]
+
+# The console's libraries (the `console` extra), each imported before anything starts.
+PACKAGES = ("starlette", "jinja2", "uvicorn", "python_multipart", "pygal")
+INSTALL_HINT = "`make console`, or `pip install 'reminders[console]'` in this environment"
+
+
+def require_packages() -> None:
+    """Say how to install the console's libraries (exit status 2) when one is missing, instead
+    of an unexpected ModuleNotFoundError."""
+    import importlib
+
+    from reminders.errors import CommandFailed
+
+    for name in PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or name
+            raise CommandFailed(f"console: its web libraries are not installed (no module "
+                                f"named {missing!r}): {INSTALL_HINT}", code=2) from None
 
 
 def _refuse_a_busy_port(host: str, port: int) -> None:

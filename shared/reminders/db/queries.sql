@@ -1069,6 +1069,7 @@ from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
   and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
   and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1260,7 +1261,7 @@ delete from identity_proofs
 where digest in (select digest from identity_proofs where expires_at <= %(now)s
                  order by expires_at limit %(limit)s);
 
--- ---------------------------------------------------------------- holding a schedule (0022)
+-- ---------------------------------------------------------------- holding a schedule (0023)
 
 -- name: schedules_page
 -- CROSS-TENANT unless a tenant is given: schedules by (tenant, key) off their unique index, a
@@ -1316,3 +1317,53 @@ where s.tenant = %(tenant)s and s.schedule_key = %(key)s
                   where e.schedule_id = s.id and e.recipient = sr.recipient
                     and e.occurrence_at = o.at and e.origin <> 'trigger')
 order by o.at, sr.recipient;
+
+-- name: deliveries_by_keys
+-- CROSS-TENANT unless a tenant is given: the deliveries of these keys (a bulk action's counted
+-- or selected ones, at most its limit), whatever their state now, by due time then id.
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where d.delivery_key = any(%(keys)s::text[])
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+order by d.due_at, d.id
+limit %(limit)s;
+
+-- name: deliveries_filtered_by_updated
+-- CROSS-TENANT unless a tenant is given: as deliveries_filtered, newest change first, so a
+-- page continues before (updated_at, id) of the last row of the previous one.
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind
+from deliveries d join schedules s on s.id = d.schedule_id
+where (%(state)s::text is null or d.state = %(state)s)
+  and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
+  and (%(channel)s::text is null or d.channel = %(channel)s)
+  and (%(recipient)s::text is null or d.recipient = %(recipient)s)
+  and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
+  and (%(due_to)s::timestamptz is null or d.due_at < %(due_to)s)
+  and (%(after_due)s::timestamptz is null
+       or (d.updated_at, d.id) < (%(after_due)s, %(after_id)s))
+order by d.updated_at desc, d.id desc
+limit %(limit)s;
+
+-- name: delivery_find
+-- CROSS-TENANT unless a tenant is given: what the console's "go to" box names, a delivery key,
+-- a schedule key or a webhook-id (a webhook send's id, as its request carried it), each an
+-- index probe; at most a few rows.
+select 'delivery' as what, d.tenant, d.delivery_key as key
+from deliveries d
+where d.delivery_key = %(text)s and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+union all
+select 'schedule', s.tenant, s.schedule_key
+from schedules s
+where s.schedule_key = %(text)s and (%(tenant)s::text is null or s.tenant = %(tenant)s)
+limit 20;
+
+-- name: delivery_payload
+-- A delivery's payload as its schedule holds it now (what a send builds its body from).
+select s.payload from deliveries d join schedules s on s.id = d.schedule_id
+where d.delivery_key = %(key)s and d.tenant = %(tenant)s;

@@ -185,12 +185,51 @@ def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
 
         report["alarms"] = alarm_summary(board)
     report["started_at"] = iso(start)
+    report["console"] = CONSOLE_COMMAND
+    remember(database=f"demo_{run_id}", now=clock.now())
     rt.close()
     if json_output:
         print(json.dumps(report, indent=2, default=str))
     else:
         print(_text(report))
     return 0 if report["all_as_expected"] else 1
+
+
+# The one command that opens the console on the last demo's database, at its simulated time.
+CONSOLE_COMMAND = "reminders console --demo"
+
+
+def _last_demo_path() -> Any:
+    return stack.home() / "last-demo.json"
+
+
+def remember(*, database: str, now: datetime) -> None:
+    """Keep the demo's database name and its simulated end, for `reminders console --demo`."""
+    path = _last_demo_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"database": database, "now": iso(now)}))
+
+
+def console_environment() -> dict[str, str]:
+    """DATABASE_URL and REMINDERS_NOW of the last demo, on the local stack (started again when
+    the demo stopped it: its Postgres keeps the demo's database); a clear error when no demo
+    has run on this machine's REMINDERS_HOME."""
+    from psycopg.conninfo import make_conninfo
+
+    from reminders.errors import CommandFailed
+
+    path = _last_demo_path()
+    try:
+        last = json.loads(path.read_text())
+        database, now = str(last["database"]), str(last["now"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CommandFailed(f"console --demo: no demo has run here ({path} is missing or "
+                            "unreadable): run `make demo` (or `reminders demo`) first",
+                            code=2) from None
+    running = stack.load() or stack.up()
+    return {**running.env(), "DATABASE_URL": make_conninfo(running.database_url,
+                                                           dbname=database),
+            "REMINDERS_NOW": now}
 
 
 def _twin(local: stack.LocalStack, database_url: str, run_id: str,
@@ -273,4 +312,5 @@ def _text(report: dict[str, Any]) -> str:
     if "alarms" in report:  # reminders.local.twin.board.alarm_summary of the run's board
         lines.append("alarms:")
         lines += [f"  {line}" for line in report["alarms"]]
+    lines.append(f"look at it in the console: {report['console']}")
     return "\n".join(lines)
