@@ -594,6 +594,13 @@ REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
     "endpoints rotate-secret": (["endpoints", "rotate-secret", HOOK, "--secret", new_secret()],
                                 False, "endpoint"),
     "kinds set": (["kinds", "set", "trip", "--max-attempts", "3"], False, None),
+    "tenants set": (["tenants", "set", "acme", "--max-pending", "100", "--create"], False, None),
+    "schedules pause": (["schedules", "pause", "k1"], False, "scheduled"),
+    "schedules resume": (["schedules", "resume", "k1"], False, "scheduled"),
+    "schedules trigger": (["schedules", "trigger", "k1"], False, "scheduled"),
+    "schedules backfill": (["schedules", "backfill", "k1", "--from", "2027-03-01T00:00:00Z",
+                            "--to", "2027-03-01T09:00:00Z"], False, "scheduled"),
+    "schedules cancel": (["schedules", "cancel", "k1"], False, "scheduled"),
 }
 
 

@@ -238,6 +238,11 @@ REMOTE_REASONS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "cancel": ("cancel", {"key": "inv-1"}, False),
     "tenants pause": ("tenants pause", {"tenant": "acme"}, False),
     "tenants resume": ("tenants resume", {"tenant": "acme"}, False),
+    "schedules pause": ("schedules pause", {"key": "inv-1"}, False),
+    "schedules resume": ("schedules resume", {"key": "inv-1"}, False),
+    "schedules trigger": ("schedules trigger", {"key": "inv-1"}, False),
+    "schedules backfill": ("schedules backfill", {"key": "inv-1", "from": "2027-03-01T00:00:00Z",
+                                                  "to": "2027-03-01T09:00:00Z"}, False),
 }
 
 
@@ -268,7 +273,9 @@ def test_a_reason_is_refused_as_locally_through_the_operations_function(
 
 @pytest.mark.parametrize(("command", "args", "line"), [
     ("drop", {}, "request: command must be one of status, show, list, reconcile, cancel, "
-                 "tenants pause, tenants resume, tenants list, got 'drop'"),
+                 "tenants pause, tenants resume, tenants list, schedules list, schedules show, "
+                 "schedules pause, schedules resume, schedules trigger, schedules backfill, "
+                 "got 'drop'"),
     ("status", {"sql": "select 1"}, "status: no argument 'sql' through the operations function"),
     ("list", {"limit": 5000}, "--limit: must be from 1 to 1000 through the operations "
                               "function, got 5000"),

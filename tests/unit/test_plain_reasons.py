@@ -19,7 +19,9 @@ def _row(**changes: Any) -> dict[str, Any]:
     row = {"schedule_state": "active", "generation": 0, "schedule_generation": 0,
            "revision": "1", "schedule_revision": "1", "opted_out": False,
            "stale_after": timedelta(hours=1),
-           "occurrence_at": datetime(2027, 3, 1, 9, 0, tzinfo=UTC), "recurring": False}
+           "occurrence_at": datetime(2027, 3, 1, 9, 0, tzinfo=UTC),
+           "stale_from": datetime(2027, 3, 1, 9, 0, tzinfo=UTC), "recurring": False,
+           "origin": "series"}
     return {**row, **changes}
 
 
