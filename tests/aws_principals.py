@@ -5,13 +5,14 @@ copy would cache its own)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 from reminders import config
 from reminders.aws_http import Credentials
-from reminders.local import roles, stack
+from reminders.local import operator_access, roles, stack
 from reminders.local.moto_server import ACCOUNT
 
 
@@ -89,3 +90,40 @@ def grant_operator(endpoint: str, stack_name: str, function_name: str,
         stack.aws_client("iam", endpoint).put_user_policy(
             UserName="operator", PolicyName=f"reminders-operator-{kind}-{stack_name}",
             PolicyDocument=json.dumps(document))
+
+
+def readme_direct_policy(*, queue_arns: dict[str, str], secrets_key_arn: str) -> dict[str, Any]:
+    """The README's operator-direct policy, with the stack's queue ARNs (deliveries, dlq,
+    parking: the ``DeliveriesQueueArn``, ``DeadLetterQueueArn`` and ``ParkingQueueArn`` outputs)
+    and key ARN in place of its examples, as the README tells the reader to."""
+    text = _README.read_text()
+    after = text.split("The operator-direct policy (`reminders-operator-direct`)", 1)[1]
+    block = after.split("```json\n", 1)[1].split("```", 1)[0]
+    examples = {"deliveries": "arn:aws:sqs:eu-west-1:111122223333:Reminders-Deliveries",
+                "dlq": "arn:aws:sqs:eu-west-1:111122223333:Reminders-DeadLetter",
+                "parking": "arn:aws:sqs:eu-west-1:111122223333:Reminders-Parking"}
+    key_example = "arn:aws:kms:eu-west-1:111122223333:key/SECRETS-KEY-ID"
+    assert key_example in block and all(arn in block for arn in examples.values()), block
+    for name, arn in examples.items():
+        block = block.replace(arn, queue_arns[name])
+    document: dict[str, Any] = json.loads(block.replace(key_example, secrets_key_arn))
+    assert "111122223333" not in json.dumps(document), document
+    return document
+
+
+_direct_operators = itertools.count()
+
+
+def direct_operator(endpoint: str, urls: config.QueueUrls | None) -> Credentials:
+    """A new IAM user in the moto server at ``endpoint`` holding the README's operator-direct
+    policy on these queues (None: on none, for a command line given no queues) and the tests'
+    secrets key: what the command line and the console run as on the database directly."""
+    key_arn = secrets_key(endpoint)
+    if urls is None:
+        document = operator_access.direct_policy({}, key_arn)
+    else:
+        arns = {name: operator_access.queue_arn(url, stack.REGION) for name, url in
+                (("deliveries", urls.deliveries), ("dlq", urls.dlq), ("parking", urls.parking))}
+        document = readme_direct_policy(queue_arns=arns, secrets_key_arn=key_arn)
+    return operator_access.grant(stack.aws_client("iam", endpoint),
+                                 f"operator-direct-{next(_direct_operators)}", document)

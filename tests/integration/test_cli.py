@@ -27,7 +27,7 @@ def only_schedule_id(conn: db.Connection) -> int:
 
 
 def test_schedule_send_and_inspect_a_webhook(aws_cli: Cli, conn: db.Connection,
-                                             receiver: Any) -> None:
+                                             receiver: Any, as_lambda: dict[str, str]) -> None:
     cli = aws_cli
     url = receiver.hook_url("ok")
 
@@ -66,9 +66,9 @@ def test_schedule_send_and_inspect_a_webhook(aws_cli: Cli, conn: db.Connection,
     assert overdue["expired_leases"] == 0
     assert overdue["total"] == 1 and overdue["now"] == "2027-03-01T09:10:00Z"
 
-    tick = cli("tick", "--json", now=DUE).json()
+    tick = cli("tick", "--json", now=DUE, **as_lambda).json()
     assert tick["leased"] == 1 and tick["published"] == 1 and tick["released"] == 0
-    work = cli("work", "--json", now=DUE).json()
+    work = cli("work", "--json", now=DUE, **as_lambda).json()
     assert work["idle"] is True
     assert work["consumer"]["records"] == 1 and work["consumer"]["failures"] == 0
 

@@ -29,11 +29,12 @@ def test_an_ascii_only_stdout_gets_json_escapes_and_text_escapes(cli: Cli) -> No
 
 
 def test_work_with_postgres_down_is_one_line_and_exit_4_without_a_traceback(
-        aws_cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> None:
+        aws_cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str,
+        as_lambda: dict[str, str]) -> None:
     stack.aws_client("sqs", moto_endpoint).send_message(
         QueueUrl=queue_urls.deliveries, MessageBody=LeaseMessage(1, TOKEN).body())
     dead = f"postgresql://nobody:x@127.0.0.1:{stack.free_port()}/nothing"
-    result = aws_cli("work", "--max-seconds", "2", DATABASE_URL=dead)
+    result = aws_cli("work", "--max-seconds", "2", DATABASE_URL=dead, **as_lambda)
 
     assert result.code == 4, result.err  # an invocation raised: the documented status
     assert "Traceback" not in result.err, result.err

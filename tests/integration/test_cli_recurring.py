@@ -318,7 +318,8 @@ def test_status_names_the_time_zone_rules(cli: Cli) -> None:
 
 
 def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.Connection,
-                                                         hook: str) -> None:
+                                                         hook: str,
+                                                         as_lambda: dict[str, str]) -> None:
     cli = aws_cli
     key = weekly(cli, hook, "--recipient", "alice").json()["delivery_key"]
     later = "2027-03-15T08:01:00Z"
@@ -327,7 +328,7 @@ def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.
     assert paused == {"tenant": "acme", "paused": True, "changed": True}
     assert conn.execute("select paused from tenants where id = 'acme'").fetchone() == {
         "paused": True}
-    held = cli("tick", "--json", now=later).json()
+    held = cli("tick", "--json", now=later, **as_lambda).json()
     assert held == {"now": "2027-03-15T08:01:00Z", "queued_before": 0, "reclaimed": {},
                     "advanced": 0, "advance_failed": 0, "first_materialised": 0,
                     "first_failed": 0, "leased": 0, "published": 0,
@@ -338,7 +339,7 @@ def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.
 
     resumed = cli("tenants", "resume", "acme")
     assert (resumed.code, resumed.out, resumed.err) == (0, "tenant acme resumed\n", "")
-    sent = cli("tick", "--json", now=later).json()
+    sent = cli("tick", "--json", now=later, **as_lambda).json()
     assert (sent["leased"], sent["published"], sent["released"]) == (1, 1, 0)
     shown = cli("show", key, "--json", now=later).json()
     # Leased, its lease pending: the row says scheduled until a consumer takes it.

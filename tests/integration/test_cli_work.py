@@ -21,10 +21,10 @@ def put(moto_endpoint: str, url: str, body: str) -> None:
 
 
 def test_work_exits_4_when_records_fail(aws_cli: Cli, queue_urls: config.QueueUrls,
-                                        moto_endpoint: str) -> None:
+                                        moto_endpoint: str, as_lambda: dict[str, str]) -> None:
     # Nobody can read it: the consumer fails it twice (maxReceiveCount), redrive parks it.
     put(moto_endpoint, queue_urls.deliveries, "{not json")
-    result = aws_cli("work", "--json", "--max-seconds", "20")
+    result = aws_cli("work", "--json", "--max-seconds", "20", **as_lambda)
 
     assert result.code == 4, result.err
     out = json.loads(result.out)
@@ -42,10 +42,11 @@ def test_work_exits_4_when_records_fail(aws_cli: Cli, queue_urls: config.QueueUr
 
 
 def test_work_exits_4_when_an_invocation_raises(aws_cli: Cli, queue_urls: config.QueueUrls,
-                                                moto_endpoint: str) -> None:
+                                                moto_endpoint: str,
+                                                as_lambda: dict[str, str]) -> None:
     put(moto_endpoint, queue_urls.deliveries, LeaseMessage(1, TOKEN).body())
     dead = f"postgresql://nobody:x@127.0.0.1:{stack.free_port()}/nothing"
-    result = aws_cli("work", "--max-seconds", "2", DATABASE_URL=dead)
+    result = aws_cli("work", "--max-seconds", "2", DATABASE_URL=dead, **as_lambda)
 
     assert result.code == 4, result.err
     assert "queues not empty" in result.out
@@ -60,8 +61,8 @@ def test_work_exits_4_when_an_invocation_raises(aws_cli: Cli, queue_urls: config
 
 
 def test_work_exits_0_and_writes_nothing_to_stderr_when_all_went_well(
-        aws_cli: Cli, queue_urls: config.QueueUrls) -> None:
-    result = aws_cli("work", "--json", "--max-seconds", "10")
+        aws_cli: Cli, queue_urls: config.QueueUrls, as_lambda: dict[str, str]) -> None:
+    result = aws_cli("work", "--json", "--max-seconds", "10", **as_lambda)
     assert (result.code, result.err) == (0, "")
     out = json.loads(result.out)
     assert out["idle"] is True and (out["failed_records"], out["invocation_errors"]) == (0, 0)
@@ -76,14 +77,15 @@ def test_work_help_explains_its_exit_statuses(tmp_path: Path) -> None:
 
 
 def test_status_shows_the_alarms_tick_and_work_evaluated(aws_cli: Cli, queue_urls: config.QueueUrls,
-                                                         moto_endpoint: str) -> None:
+                                                         moto_endpoint: str,
+                                                as_lambda: dict[str, str]) -> None:
     """On a local moto, `work` and `tick` evaluate the template's alarms and keep them in
     REMINDERS_HOME; `status` (and its JSON) names the ones in ALARM."""
     put(moto_endpoint, queue_urls.deliveries, "{not json")
-    assert aws_cli("work", "--max-seconds", "20", now="2027-03-01T09:00:10Z").code == 4
+    assert aws_cli("work", "--max-seconds", "20", now="2027-03-01T09:00:10Z", **as_lambda).code == 4
     quiet = aws_cli("status", "--json", now="2027-03-01T09:00:20Z").json()["alarms"]
     assert quiet["available"] is True and quiet["in_alarm"] == []  # its minute is not over
-    assert aws_cli("tick", now="2027-03-01T09:01:05Z").code == 0
+    assert aws_cli("tick", now="2027-03-01T09:01:05Z", **as_lambda).code == 0
 
     data = aws_cli("status", "--json", now="2027-03-01T09:01:10Z").json()["alarms"]
     assert data["evaluated_at"] == "2027-03-01T09:01:00Z"
@@ -94,7 +96,7 @@ def test_status_shows_the_alarms_tick_and_work_evaluated(aws_cli: Cli, queue_url
            "2027-03-01T09:01:00Z: Threshold Crossed: 1 of 1 datapoints [1] were " \
            "GreaterThanOrEqualToThreshold 1" in text
     # Five minutes on, the redrive function's invocation (the DLQ arrival) has its period.
-    assert aws_cli("tick", now="2027-03-01T09:05:05Z").code == 0
+    assert aws_cli("tick", now="2027-03-01T09:05:05Z", **as_lambda).code == 0
     data = aws_cli("status", "--json", now="2027-03-01T09:05:10Z").json()["alarms"]
     assert [a["name"] for a in data["in_alarm"]] == ["DeadLetterArrivals"]
 

@@ -35,7 +35,7 @@ from tests.integration.cli_helpers import Result, base_env
 UP_SECONDS = 60
 STACK_KEYS = {"database_url", "endpoint_url", "region", "queues", "receiver_url",
               "receiver_secret", "pgdata", "pids", "secrets_key_id", "direct_url",
-              "administrator"}
+              "administrator", "operator"}
 FRESH_STATS = {"effects": {}, "requests": {}, "ok_answers": {}, "duplicates": 0,
                "bad_signatures": 0, "by_endpoint": {}}
 DUE = "2027-03-01T09:05:00Z"
@@ -230,6 +230,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
         home: Home, running_stack: dict[str, Any]) -> None:
     settings = [k for k in home.env if k.startswith(("REMINDERS_", "AWS_", "DATABASE_"))]
     assert settings == ["REMINDERS_HOME"]
+    first = stack.decision_count(running_stack["endpoint_url"])
     before = datetime.now(UTC)
     status = home("status", "--json").json()
     after = datetime.now(UTC)
@@ -249,6 +250,14 @@ def test_commands_find_the_running_stack_through_reminders_home(
                      now="2027-03-01T09:00:00Z").json()
     key = scheduled["delivery_key"]
     seen = stack.decision_count(running_stack["endpoint_url"])
+    # status read the queues and endpoints add sealed the secret as the stack's operator, an
+    # IAM user holding the README's operator-direct policy, never as the administrator.
+    operator_key = running_stack["operator"]["access_key"]
+    assert operator_key != running_stack["administrator"]["access_key"]
+    own = {(d["action"], d["outcome"]) for d in
+           stack.decisions(running_stack["endpoint_url"], since=first)[:seen - first]
+           if d["key"] == operator_key}
+    assert own == {("sqs:GetQueueAttributes", "allowed"), ("kms:GenerateDataKey", "allowed")}
     tick = home("tick", "--json", now=DUE).json()
     assert (tick["leased"], tick["published"]) == (1, 1)
     work = home("work", "--json", "--max-seconds", "20", now=DUE).json()

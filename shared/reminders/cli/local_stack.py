@@ -92,9 +92,13 @@ def _local_alarms(rt: Any) -> Any:
     if template is None:
         return nullcontext(None)
     urls = config.require_queues(rt.settings)
+    # CloudWatch reads SQS's metrics itself, with no grant of the operator's: here the queues
+    # are sampled as moto's administrator, the stand-in's own access.
+    sqs = stack.aws_client("sqs", endpoint) if stack.enforces_access(endpoint) \
+        else rt.deliveries.client
     try:
         watching = watch.AlarmWatch.for_local_queues(
-            template, rt.clock, endpoint_url=endpoint, sqs=rt.deliveries.client,
+            template, rt.clock, endpoint_url=endpoint, sqs=sqs,
             deliveries_url=urls.deliveries, simulated=False)
     except ValueError:  # queues named otherwise than the template's: not the local stack's
         return nullcontext(None)

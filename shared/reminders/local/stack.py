@@ -65,6 +65,9 @@ class LocalStack:
     # RDS Proxy.
     direct_url: str = ""
     administrator: dict[str, str] | None = None  # moto's administrator key (moto_server)
+    # The key of the IAM user the command line and the console run as on this stack, holding
+    # the README's operator-direct policy on its queues and key (local.operator_access).
+    operator: dict[str, str] | None = None
 
     def env(self) -> dict[str, str]:
         """The settings every command and handler reads, pointing at this stack."""
@@ -72,10 +75,15 @@ class LocalStack:
         if self.administrator:
             register_administrator(self.endpoint_url, Credentials(
                 self.administrator["access_key"], self.administrator["secret_key"]))
-        # A stack recorded before moto had an administrator has no key to give: its commands
-        # run without credentials (AWS calls fail as such; `local up` restarts its moto).
+        # The commands run as the stack's operator. A stack recorded before it had one runs
+        # them as the administrator, and one from before moto had an administrator without
+        # credentials (AWS calls fail as such; `local up` restarts its moto).
         known = _administrators.get(self.endpoint_url)
-        given = credentials_env(known) if known is not None else {}
+        if self.operator:
+            given = credentials_env(Credentials(self.operator["access_key"],
+                                                self.operator["secret_key"]))
+        else:
+            given = credentials_env(known) if known is not None else {}
         return {**AWS_TEST_ENV, **key, **given,
                 "DATABASE_URL": self.database_url,
                 "AWS_ENDPOINT_URL": self.endpoint_url,
@@ -606,6 +614,8 @@ def start(*, visibility_timeout: int = 2,
             urls = prepare_aws(endpoint, visibility_timeout_override=visibility_timeout,
                                max_receive_count_override=max_receive_count)
             queues = {"deliveries": urls.deliveries, "dlq": urls.dlq, "parking": urls.parking}
+        operator = _operator(endpoint, queues, secrets_key,
+                             None if moto_why or old is None else old.operator)
     except Exception:
         for proc, _ in spawned:
             proc.terminate()
@@ -624,10 +634,25 @@ def start(*, visibility_timeout: int = 2,
     stack = LocalStack(database_url=pooled, endpoint_url=endpoint, region=REGION,
                        queues=queues, receiver_url=receiver_url, receiver_secret=secret,
                        pgdata=str(pgdata), pids=pids, secrets_key_id=secrets_key,
-                       direct_url=url, administrator=admin)
+                       direct_url=url, administrator=admin, operator=operator)
     if stack != old:
         state.write_text(json.dumps(stack.as_json(), indent=2))
     return stack, restarted
+
+
+def _operator(endpoint: str, queues: dict[str, str], secrets_key: str,
+              known: dict[str, str] | None) -> dict[str, str]:
+    """The stack's operator (an IAM user in its moto), granted the operator-direct policy on
+    its queues and key again; its recorded key (``known``) is kept while moto keeps it."""
+    from reminders.local import operator_access
+
+    document = operator_access.direct_policy(
+        {name: operator_access.queue_arn(url, REGION) for name, url in queues.items()},
+        secrets_key)
+    given = operator_access.grant(
+        aws_client("iam", endpoint), operator_access.LOCAL_USER, document,
+        Credentials(known["access_key"], known["secret_key"]) if known else None)
+    return {"access_key": given.access_key, "secret_key": given.secret_key}
 
 
 def _pooler(root: Path, direct_url: str, old: LocalStack | None) -> tuple[str, int, str | None]:
