@@ -26,6 +26,7 @@ from reminders.clock import FixedClock, iso
 from reminders.local import stack
 from reminders.local.receiver import WebhookReceiver
 from tests import console_traffic
+from tests.aws_principals import direct_operator
 from tests.conftest import PgCluster, make_runtime
 from tests.integration.cli_helpers import BAD_REASONS, BLANK_REQUIRED, Cli, base_env
 
@@ -73,10 +74,10 @@ def console(pg_server: str, pg_cluster: PgCluster, moto_endpoint: str,
     with db.connect(url) as conn:
         end = console_traffic.build(rt, conn, clock, receiver)
     rt.close()
-    # As the administrator, as the command line's fixture runs (the README's operator policy
-    # is for the operations function; the console's own principal is not made in moto).
-    admin = stack.credentials_env(stack.administrator(moto_endpoint))
-    env = {**base_env(tmp), **stack.AWS_TEST_ENV, **admin, "DATABASE_URL": url,
+    # As an operator holding the README's operator-direct policy on these queues, as the
+    # command line's fixture runs (and the local stack's console).
+    operator = stack.credentials_env(direct_operator(moto_endpoint, urls))
+    env = {**base_env(tmp), **stack.AWS_TEST_ENV, **operator, "DATABASE_URL": url,
            "AWS_ENDPOINT_URL": moto_endpoint, "REMINDERS_QUEUE_URL": urls.deliveries,
            "REMINDERS_DLQ_URL": urls.dlq, "REMINDERS_PARKING_QUEUE_URL": urls.parking}
     now = iso(end)
