@@ -131,7 +131,9 @@ def main(*, json_output: bool = False) -> int:
 
 
 def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
-    env = local.env()
+    # The demo's own hands (its scenarios' set-up, the faults it injects, what it reads back to
+    # report) are moto's administrator, as a test's are; the functions run as their roles.
+    env = {**local.env(), **stack.credentials_env(stack.administrator(local.endpoint_url))}
     for key, value in env.items():
         os.environ.setdefault(key, value)
     run_id = time.strftime("%Y%m%d%H%M%S")
