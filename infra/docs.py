@@ -150,7 +150,7 @@ def cli_reference(parser: argparse.ArgumentParser | None = None) -> str:
         "Generated from the command line's own parser when the site is built "
         "(`infra/docs.py`), so it lists exactly what `reminders` accepts: every command, "
         "subcommand and flag, with the help `--help` prints. For what the commands are for, "
-        "see [the home page](index.md).",
+        "see [The command line](cli.md).",
         "",
         "```",
         _usage(parser),
