@@ -41,7 +41,7 @@ def make_roles(endpoint: str, urls: config.QueueUrls,
 
 # The operator the tests' STS stand-in names for the operator's key (see operator()).
 OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:user/operator"
-_README = Path(__file__).resolve().parents[1] / "README.md"
+_OPERATOR_ACCESS = Path(__file__).resolve().parents[1] / "docs" / "operator-access.md"
 
 
 OPERATOR_KINDS = ("read", "write")
@@ -49,11 +49,11 @@ OPERATOR_KINDS = ("read", "write")
 
 def readme_operator_policy(*, region: str, account: str, stack_name: str,
                            function_name: str, kind: str) -> dict[str, Any]:
-    """The README's operator-read or operator-write policy (``kind``), under "The IAM
-    permissions an operator needs", with its account, region, stack name and function name
-    prefix (``STACK-ops``: the functions are ``STACK-ops-read`` and ``STACK-ops-write``)
-    replaced, as the README tells the reader to."""
-    text = _README.read_text()
+    """The operator-read or operator-write policy (``kind``) of docs/operator-access.md, under
+    "The IAM permissions an operator needs", with its account, region, stack name and function
+    name prefix (``STACK-ops``: the functions are ``STACK-ops-read`` and ``STACK-ops-write``)
+    replaced, as the page tells the reader to."""
+    text = _OPERATOR_ACCESS.read_text()
     after = text.split("The IAM permissions an operator needs", 1)[1]
     after = after.split(f"operator-{kind} policy", 1)[1]
     block = after.split("```json\n", 1)[1].split("```", 1)[0]
@@ -69,7 +69,7 @@ def readme_operator_policy(*, region: str, account: str, stack_name: str,
 @functools.cache
 def operator(endpoint: str) -> Credentials:
     """An IAM user "operator" in the moto server at ``endpoint`` with an access key and no
-    permissions yet (grant_operator gives it the README's, for a stack)."""
+    permissions yet (grant_operator gives it the documented ones, for a stack)."""
     iam = stack.aws_client("iam", endpoint)
     iam.create_user(UserName="operator")
     key = iam.create_access_key(UserName="operator")["AccessKey"]
@@ -78,7 +78,7 @@ def operator(endpoint: str) -> Credentials:
 
 def grant_operator(endpoint: str, stack_name: str, function_name: str,
                    kinds: tuple[str, ...] = OPERATOR_KINDS) -> None:
-    """Give the operator the README's operator policies (``kinds``: read, write) for
+    """Give the operator the documented operator policies (``kinds``: read, write) for
     ``stack_name`` and its functions ``function_name``-read and -write (one policy per stack
     and kind, as an administrator would name it)."""
     operator(endpoint)

@@ -15,7 +15,7 @@ from tests.integration.cli_helpers import Cli, base_env
 @pytest.fixture
 def cli(database_url: str, tmp_path: Path, moto_endpoint: str) -> Cli:
     """The command line on the test's database, with a KMS key (in moto) for endpoint secrets."""
-    # As the administrator: the command line's own principal (the README's operator policy)
+    # As the administrator: the command line's own principal (the documented operator policy)
     # is not made in moto yet.
     admin = credentials_env(administrator(moto_endpoint))
     return Cli({**base_env(tmp_path), "DATABASE_URL": database_url, **AWS_TEST_ENV, **admin,

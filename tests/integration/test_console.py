@@ -73,7 +73,7 @@ def console(pg_server: str, pg_cluster: PgCluster, moto_endpoint: str,
     with db.connect(url) as conn:
         end = console_traffic.build(rt, conn, clock, receiver)
     rt.close()
-    # As the administrator, as the command line's fixture runs (the README's operator policy
+    # As the administrator, as the command line's fixture runs (the documented operator policy
     # is for the operations function; the console's own principal is not made in moto).
     admin = stack.credentials_env(stack.administrator(moto_endpoint))
     env = {**base_env(tmp), **stack.AWS_TEST_ENV, **admin, "DATABASE_URL": url,
