@@ -25,7 +25,7 @@ SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
 
-.PHONY: setup pooler demo console screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
+.PHONY: setup pooler demo console docs screenshots test lint typecheck bench synth layer layer-rebuild lock lock-upgrade clean
 
 # PgBouncer, the local stand-in for RDS Proxy: every session of the demo and the tests goes
 # through it. Installed from the distribution's packages where this is root on Debian/Ubuntu;
@@ -74,6 +74,20 @@ $(CONSOLE_STAMP): $(LOCAL)
 
 console: $(CONSOLE_STAMP) pooler
 	$(BIN)/reminders console
+
+# The documentation site (MkDocs, Material theme; the `docs` extra) from docs/ into build/site,
+# offline: no web fonts, no CDN. The home page is README.md and the command reference is made
+# from the parser on every build (infra/docs.py); --strict fails on a broken link or anchor.
+DOCS_STAMP := $(VENV)/.docs-$(SUM)
+
+$(DOCS_STAMP): $(LOCAL)
+	$(call install,local$(comma)docs)
+	rm -f $(VENV)/.docs-*
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "the site is in build/site: open build/site/index.html"
 
 # docs/console-*.png from Chromium (apt: chromium) against demo-like traffic.
 screenshots: setup

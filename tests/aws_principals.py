@@ -42,7 +42,7 @@ def make_roles(endpoint: str, urls: config.QueueUrls,
 
 # The operator the tests' STS stand-in names for the operator's key (see operator()).
 OPERATOR_ARN = f"arn:aws:iam::{ACCOUNT}:user/operator"
-_README = Path(__file__).resolve().parents[1] / "README.md"
+_OPERATOR_ACCESS = Path(__file__).resolve().parents[1] / "docs" / "operator-access.md"
 
 
 OPERATOR_KINDS = ("read", "write")
@@ -50,11 +50,11 @@ OPERATOR_KINDS = ("read", "write")
 
 def readme_operator_policy(*, region: str, account: str, stack_name: str,
                            function_name: str, kind: str) -> dict[str, Any]:
-    """The README's operator-read or operator-write policy (``kind``), under "The IAM
-    permissions an operator needs", with its account, region, stack name and function name
-    prefix (``STACK-ops``: the functions are ``STACK-ops-read`` and ``STACK-ops-write``)
-    replaced, as the README tells the reader to."""
-    text = _README.read_text()
+    """The operator-read or operator-write policy (``kind``) of docs/operator-access.md, under
+    "The IAM permissions an operator needs", with its account, region, stack name and function
+    name prefix (``STACK-ops``: the functions are ``STACK-ops-read`` and ``STACK-ops-write``)
+    replaced, as the page tells the reader to."""
+    text = _OPERATOR_ACCESS.read_text()
     after = text.split("The IAM permissions an operator needs", 1)[1]
     after = after.split(f"operator-{kind} policy", 1)[1]
     block = after.split("```json\n", 1)[1].split("```", 1)[0]
@@ -70,7 +70,7 @@ def readme_operator_policy(*, region: str, account: str, stack_name: str,
 @functools.cache
 def operator(endpoint: str) -> Credentials:
     """An IAM user "operator" in the moto server at ``endpoint`` with an access key and no
-    permissions yet (grant_operator gives it the README's, for a stack)."""
+    permissions yet (grant_operator gives it the documented ones, for a stack)."""
     iam = stack.aws_client("iam", endpoint)
     iam.create_user(UserName="operator")
     key = iam.create_access_key(UserName="operator")["AccessKey"]
@@ -79,7 +79,7 @@ def operator(endpoint: str) -> Credentials:
 
 def grant_operator(endpoint: str, stack_name: str, function_name: str,
                    kinds: tuple[str, ...] = OPERATOR_KINDS) -> None:
-    """Give the operator the README's operator policies (``kinds``: read, write) for
+    """Give the operator the documented operator policies (``kinds``: read, write) for
     ``stack_name`` and its functions ``function_name``-read and -write (one policy per stack
     and kind, as an administrator would name it)."""
     operator(endpoint)
@@ -93,10 +93,11 @@ def grant_operator(endpoint: str, stack_name: str, function_name: str,
 
 
 def readme_direct_policy(*, queue_arns: dict[str, str], secrets_key_arn: str) -> dict[str, Any]:
-    """The README's operator-direct policy, with the stack's queue ARNs (deliveries, dlq,
-    parking: the ``DeliveriesQueueArn``, ``DeadLetterQueueArn`` and ``ParkingQueueArn`` outputs)
-    and key ARN in place of its examples, as the README tells the reader to."""
-    text = _README.read_text()
+    """The operator-direct policy of docs/operator-access.md, with the stack's queue ARNs
+    (deliveries, dlq, parking: the ``DeliveriesQueueArn``, ``DeadLetterQueueArn`` and
+    ``ParkingQueueArn`` outputs) and key ARN in place of its examples, as the page tells the
+    reader to."""
+    text = _OPERATOR_ACCESS.read_text()
     after = text.split("The operator-direct policy (`reminders-operator-direct`)", 1)[1]
     block = after.split("```json\n", 1)[1].split("```", 1)[0]
     examples = {"deliveries": "arn:aws:sqs:eu-west-1:111122223333:Reminders-Deliveries",
@@ -115,7 +116,7 @@ _direct_operators = itertools.count()
 
 
 def direct_operator(endpoint: str, urls: config.QueueUrls | None) -> Credentials:
-    """A new IAM user in the moto server at ``endpoint`` holding the README's operator-direct
+    """A new IAM user in the moto server at ``endpoint`` holding the documented operator-direct
     policy on these queues (None: on none, for a command line given no queues) and the tests'
     secrets key: what the command line and the console run as on the database directly."""
     key_arn = secrets_key(endpoint)

@@ -254,7 +254,7 @@ def check_names(env: Mapping[str, str]) -> None:
         f"{name} (did you mean {difflib.get_close_matches(name, KNOWN_VARIABLES, 1, 0)[0]}?)"
         for name in unknown)
     raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {named}; "
-                      "README.md's Settings lists the REMINDERS_ variables")
+                      "docs/settings.md lists the REMINDERS_ variables")
 
 
 def load(environ: Mapping[str, str] | None = None) -> Settings:

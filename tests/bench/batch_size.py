@@ -183,7 +183,7 @@ def bench_consumer_batch_size(server: Cluster) -> Figures:
             rt.channels = {"webhook": tls_webhook_channel(rt.settings, cert)}
             rt.connection()
             figures: Figures = {
-                "goal": "where a batch's time and CPU go as it grows (README: throughput)",
+                "goal": "where a batch's time and CPU go as it grows (capacity.md: throughput)",
                 "receiver_delay_ms": 1000 * RECEIVER_DELAY_S, "batches_each": ROUNDS,
                 "consumer_cpus": 1,
                 "tls": "ECDSA P-256 certificate, verified by the channel's client context",
@@ -358,7 +358,7 @@ def bench_consumer_database(server: Cluster) -> Figures:
     conn.close()
     assert states == {"sent": sum(r["deliveries"] for rs in runs.values() for r in rs)}, states
     figures: Figures = {
-        "goal": "deliveries a second the database side takes (README: throughput)",
+        "goal": "deliveries a second the database side takes (capacity.md: throughput)",
         "batch": CONSUMER_BATCH, "deliveries_per_run": DELIVERIES_PER_RUN,
         "runs_each": DATABASE_ROUNDS, "channel": "answers at once (no network)",
     }

@@ -56,7 +56,7 @@ DEPLOYED_PREPARE = "off"      # REMINDERS_DB_PREPARE in every function (RDS Prox
 SCANNER_MEMORY_MIB = 1769     # scannerMemoryMib
 SCAN_BATCH = 1000             # scanBatch
 SQS_BATCH = 10                # SendMessageBatch, ReceiveMessage and DeleteMessageBatch: 10 a call
-# Not measurable here: publishing through SQS. The README's estimate for one scanner (10
+# Not measurable here: publishing through SQS. capacity.md's estimate for one scanner (10
 # SendMessageBatch calls in flight at 10-20 ms each), its low end.
 SCANNER_ROWS_PER_S = 4000
 

@@ -13,7 +13,7 @@ shared between them in time, so its contention at 36 clients is not in the figur
 modelled, not run:
 
 - the channel: a port fake that records each send and its simulated instant; every send of a
-  batch waits for its receiver's answer (``SEND_SECONDS``, the README's throughput arithmetic:
+  batch waits for its receiver's answer (``SEND_SECONDS``, capacity.md's throughput arithmetic:
   webhooks answering in 200 ms; 1 s in :func:`bench_drains`' slower runs), charged once to
   the batch, whose sends go out all at once;
 - the queue: the in-memory queue (moto's SQS slows with its depth, 531 ms for a send near
@@ -62,7 +62,7 @@ from tests.bench.support import (
 )
 
 Figures = dict[str, Any]
-SEND_SECONDS = 0.2   # a webhook receiver's answer, as the README's arithmetic assumes
+SEND_SECONDS = 0.2   # a webhook receiver's answer, as capacity.md's arithmetic assumes
 POLL_SECONDS = 0.1   # an idle consumer instance looks at the queue again this often
 SAMPLE_SECONDS = 0.25  # what is out (live leases) is counted this often, between actors
 MINUTE = 60.0
@@ -270,7 +270,7 @@ def fan_out(conn: db.Connection, size: int, due: datetime) -> float:
 
 
 def bench_drains(server: Cluster, size: int) -> Figures:
-    """The drain with receivers answering in 200 ms (the README's arithmetic), in 1 s (the
+    """The drain with receivers answering in 200 ms (capacity.md's arithmetic), in 1 s (the
     consumers slower than the scanner: the in-flight budget fills and the tick refills it),
     and in 1 s with ticks that stop at a full budget (``refill=False``, as before the refill:
     the reference)."""
@@ -291,7 +291,7 @@ def bench_drain(server: Cluster, template: str, size: int, *, send_s: float = SE
                 refill: bool = True, limit_minutes: int = 30) -> Figures:
     """The fan-out due at T0 (a minute's start), the first tick at T0, one a minute after; the
     figures: when the last answer came, lateness at the send, what was out at most, against
-    the arithmetic of the README's throughput table with the rates measured here."""
+    the arithmetic of capacity.md's throughput table with the rates measured here."""
     deployed = Settings()
     budget = deployed.effective_inflight_budget
     consumers = deployed.consumer_max_concurrency
@@ -398,7 +398,7 @@ def bench_drain(server: Cluster, template: str, size: int, *, send_s: float = SE
             first_budget = at
             break
     scanner_per_s = min(budget, size) / first_budget
-    # The README's arithmetic: the drain runs at the slower stage's rate, and the last
+    # capacity.md's arithmetic: the drain runs at the slower stage's rate, and the last
     # delivery waits the time from lease to settle: the batching window (its batch is not
     # full), then a batch's time.
     arithmetic_s = size / min(scanner_per_s, consumers_per_s) + window + batch_s

@@ -96,7 +96,7 @@ def _client(service: str, endpoint: str) -> Any:
 
 
 # What an asynchronous Invoke is given to take in the slow stand-in (AWS's answer, estimated in
-# the README at 20-30 ms): the hand-over then costs a pass about as much as its lease.
+# capacity.md at 20-30 ms): the hand-over then costs a pass about as much as its lease.
 INVOKE_MS = 25
 
 

@@ -63,7 +63,7 @@ def test_each_ops_function_is_bounded_in_the_isolated_subnets_and_waits_for_migr
 
 
 def test_the_ops_functions_are_invoked_by_identity_policies_only(default: Synthesized) -> None:
-    """No resource policy widens who may invoke an operations function: the README's
+    """No resource policy widens who may invoke an operations function: the documented
     operator-read and operator-write policies decide."""
     ids = {default.function(n)[0] for n in OPS}
     permissions = [p["Properties"] for p in default.resources("AWS::Lambda::Permission").values()

@@ -15,7 +15,7 @@ from tests.integration.cli_helpers import Cli, base_env
 @pytest.fixture
 def cli(database_url: str, tmp_path: Path, moto_endpoint: str) -> Cli:
     """The command line on the test's database, with a KMS key (in moto) for endpoint secrets,
-    as an operator holding the README's operator-direct policy (no queues: it is given none)."""
+    as an operator holding the documented operator-direct policy (no queues: it is given none)."""
     operator = credentials_env(direct_operator(moto_endpoint, None))
     return Cli({**base_env(tmp_path), "DATABASE_URL": database_url, **AWS_TEST_ENV, **operator,
                 "AWS_ENDPOINT_URL": moto_endpoint,
@@ -33,7 +33,7 @@ def as_lambda(moto_endpoint: str) -> dict[str, str]:
 @pytest.fixture
 def aws_cli(cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> Cli:
     """The command line as :func:`cli`, given the test's queues, as an operator holding the
-    README's operator-direct policy on them."""
+    documented operator-direct policy on them."""
     operator = credentials_env(direct_operator(moto_endpoint, queue_urls))
     return Cli({**cli.env, **operator, "REMINDERS_QUEUE_URL": queue_urls.deliveries,
                 "REMINDERS_DLQ_URL": queue_urls.dlq,

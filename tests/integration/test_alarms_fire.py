@@ -1,6 +1,7 @@
-"""The faults of the README's alarm table, forced on the local pipeline on the simulated clock:
-each promised alarm of the synthesized template fires within its stated time, clears after
-recovery, and no other alarm that pages fires beside it; a deliberate tenant pause fires none.
+"""The faults of the alarm table (docs/operating.md), forced on the local pipeline on the
+simulated clock: each promised alarm of the synthesized template fires within its stated time,
+clears after recovery, and no other alarm that pages fires beside it; a deliberate tenant
+pause fires none.
 
 The alarms are the template's (the variant the local stack runs), evaluated every simulated
 minute by :class:`reminders.local.twin.board.AlarmBoard` from what the real handlers emitted

@@ -19,7 +19,7 @@ from tests.aws_principals import function_roles
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import register, tick, work
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "local-stack.md"
 
 
 def _urls(h: Harness) -> Any:
@@ -80,19 +80,20 @@ def test_the_consumer_role_may_not_delete_its_queue_nor_send_where_it_was_not_gr
 
 
 def _kept_in_readme() -> set[str]:
-    """The grants the README's "AWS permissions" section says no code calls, and why kept."""
-    text = README.read_text()
-    section = text.split("### AWS permissions on the local stack", 1)[1]
+    """The grants the "AWS permissions" section of docs/local-stack.md says no code calls, and
+    why kept."""
+    text = PAGE.read_text()
+    section = text.split("\n## AWS permissions on the local stack\n", 1)[1]
     section = section.split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| Kept grant")]
-    assert rows, "the README lists no kept grants"
+    assert rows, "docs/local-stack.md lists no kept grants"
     return set(re.findall(r"`([a-z0-9]+:[A-Za-z*]+)`", "\n".join(rows)))
 
 
 def test_every_grant_a_function_has_is_one_it_calls(harness: Harness) -> None:
     """Drive the scanner, the consumer (webhook, e-mail and SMS sends, sealed secrets) and
     redrive through a pipeline; moto's decisions name each call's principal and action. A
-    function's grant it never used fails, unless the README says why it is kept."""
+    function's grant it never used fails, unless docs/local-stack.md says why it is kept."""
     h = harness
     url = register(h, h.receiver.hook_url("ok"))
     for channel, to in (("webhook", url), ("email", "ida@example.com"), ("sms", "+15555550100")):

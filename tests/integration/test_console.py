@@ -74,7 +74,7 @@ def console(pg_server: str, pg_cluster: PgCluster, moto_endpoint: str,
     with db.connect(url) as conn:
         end = console_traffic.build(rt, conn, clock, receiver)
     rt.close()
-    # As an operator holding the README's operator-direct policy on these queues, as the
+    # As an operator holding the documented operator-direct policy on these queues, as the
     # command line's fixture runs (and the local stack's console).
     operator = stack.credentials_env(direct_operator(moto_endpoint, urls))
     env = {**base_env(tmp), **stack.AWS_TEST_ENV, **operator, "DATABASE_URL": url,

@@ -1,6 +1,6 @@
-"""The README's booking-plus-reminder examples run as written, each as an application login
-granted ``reminders_client``: SQL through psql (through psycopg when psql is absent), Python,
-and Node.js with pg where Node is installed."""
+"""The booking-plus-reminder examples of docs/scheduling-sql.md run as written, each as an
+application login granted ``reminders_client``: SQL through psql (through psycopg when psql is
+absent), Python, and Node.js with pg where Node is installed."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from reminders import db
 from tests.integration.test_local_stack import Home, new_home
 from tests.integration.test_readme_walkthrough import run_script, walkthrough_commands
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-EXAMPLES = README.parent / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "scheduling-sql.md"
+EXAMPLES = ROOT / "examples"
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,13 @@ def home() -> Iterator[Home]:
 
 @pytest.mark.skipif(shutil.which("psql") is None or shutil.which("node") is None
                     or shutil.which("npm") is None,
-                    reason="the README's example steps use psql, Node.js and npm")
-def test_the_readme_s_example_steps_run_as_written(home: Home, tmp_path: Path) -> None:
-    """The README's marked block, as a new user types it against `reminders local up`: the URL
-    `local up --env` prints works unchanged in psql, psycopg and Node's pg, and the application
-    login needs exactly the grants the block gives it (and its password)."""
-    commands = walkthrough_commands(README.read_text(), "<!-- examples:")
+                    reason="the example steps use psql, Node.js and npm")
+def test_the_example_steps_run_as_written(home: Home, tmp_path: Path) -> None:
+    """The marked block of docs/scheduling-sql.md, as a new user types it against `reminders
+    local up`: the URL `local up --env` prints works unchanged in psql, psycopg and Node's pg,
+    and the application login needs exactly the grants the block gives it (and its
+    password)."""
+    commands = walkthrough_commands(PAGE.read_text(), "<!-- examples:")
     work = tmp_path / "clone"
     shutil.copytree(EXAMPLES, work / "examples", ignore=shutil.ignore_patterns("node_modules"))
     after = ["printenv DATABASE_URL", "reminders local down"]

@@ -251,7 +251,7 @@ def test_commands_find_the_running_stack_through_reminders_home(
     key = scheduled["delivery_key"]
     seen = stack.decision_count(running_stack["endpoint_url"])
     # status read the queues and endpoints add sealed the secret as the stack's operator, an
-    # IAM user holding the README's operator-direct policy, never as the administrator.
+    # IAM user holding the documented operator-direct policy, never as the administrator.
     operator_key = running_stack["operator"]["access_key"]
     assert operator_key != running_stack["administrator"]["access_key"]
     own = {(d["action"], d["outcome"]) for d in

@@ -1,7 +1,8 @@
 """The operator-direct policy: what the command line and the console need from AWS when they
 run on the database directly (the local stack; a deployed database through the port-forward).
-The README's policy is the one ``local up`` grants, every grant in it is used, and without
-either grant the command that needs it is refused by moto's IAM, as AWS would refuse it. (That
+The documented policy (docs/operator-access.md) is the one ``local up`` grants, every grant in
+it is used, and without either grant the command that needs it is refused by moto's IAM, as
+AWS would refuse it. (That
 the commands need nothing more is shown by every command-line and console test: their fixtures
 run as this operator, and a refused call fails the test that made it.)"""
 
@@ -23,7 +24,7 @@ ARNS = {"deliveries": "arn:aws:sqs:us-east-1:123456789012:x-deliveries",
 KEY = "arn:aws:kms:us-east-1:123456789012:key/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 
 
-def test_the_readme_s_policy_is_the_one_local_up_grants() -> None:
+def test_the_documented_policy_is_the_one_local_up_grants() -> None:
     assert readme_direct_policy(queue_arns=ARNS, secrets_key_arn=KEY) == \
         operator_access.direct_policy(ARNS, KEY)
 

@@ -609,7 +609,7 @@ def lambda_endpoint(ops_runtime: runtime.Runtime) -> Iterator[tuple[str, LambdaS
 @pytest.fixture
 def deployed(moto_endpoint: str) -> str:
     """A stack in moto's CloudFormation whose output names the function; the operator has the
-    README's operator policy for it."""
+    documented operator policy for it."""
     name = f"Reminders{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
                 "Outputs": {"OpsReadFunctionName": {"Value": "Reminders-ops-fn-read"},
@@ -623,7 +623,7 @@ def deployed(moto_endpoint: str) -> str:
 @pytest.fixture
 def remote(cli: Cli, moto_endpoint: str, sts_endpoint: str,
            lambda_endpoint: tuple[str, LambdaStandIn], tmp_path: Path) -> Cli:
-    """The command line as the operator (an IAM user in moto, the README's operator policy
+    """The command line as the operator (an IAM user in moto, the documented operator policy
     for the stacks the test deploys) and no database of its own."""
     env = {k: v for k, v in cli.env.items() if k != "DATABASE_URL"}
     return Cli({**env, **stack.AWS_TEST_ENV, **stack.credentials_env(operator(moto_endpoint)),
@@ -689,7 +689,7 @@ def test_stack_errors_have_the_local_lines_and_statuses(remote: Cli, cli: Cli, d
     got = remote("--stack", deployed, "list", "--limit", "5000")
     assert (got.code, got.err) == (2, "reminders: error: --limit: must be from 1 to 1000 "
                                       "through the operations function, got 5000\n")
-    # A stack the operator may describe (the README's policy names it) that is not deployed.
+    # A stack the operator may describe (the documented policy names it) that is not deployed.
     grant_operator(moto_endpoint, "NoSuchStack", "Reminders-ops")
     got = remote("--stack", "NoSuchStack", "status")
     assert got.code == 3
@@ -792,7 +792,7 @@ def test_stack_without_a_region_is_bad_input_not_unreachable(tmp_path: Path) -> 
 @pytest.mark.refusals_expected
 def test_the_operator_policy_finds_only_the_stacks_it_names(remote: Cli, deployed: str,
                                                             moto_endpoint: str) -> None:
-    """The README's operator policy names one stack: describing another is refused (moto
+    """The documented operator policy names one stack: describing another is refused (moto
     checks DescribeStacks against the stack's ARN, as AWS does), and nothing is invoked."""
     other = f"Other{next(_stacks)}"
     template = {"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},

@@ -25,17 +25,17 @@ from reminders.config import DEFAULT_SCHEMA
 from reminders.db.queries import CHECKS
 from tests.conftest import T0, PgCluster
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATOR_ACCESS = Path(__file__).resolve().parents[2] / "docs" / "operator-access.md"
 DEFAULT_SEARCH_PATH = '"$user",public'  # Postgres's default (no space: a startup option)
 STARTUP_OPTION = f"-c search_path={DEFAULT_SEARCH_PATH}"
 
 
 def manual_fix_recipe() -> tuple[list[str], str]:
-    """The README's fix by hand: psql's ``-v`` options and the SQL it is fed."""
-    text = README.read_text()
+    """The fix by hand of docs/operator-access.md: psql's ``-v`` options and the SQL it is fed."""
+    text = OPERATOR_ACCESS.read_text()
     found = re.search(r"\*\*A fix by hand\.\*\*.*?```sh\n(?P<cmd>.*?)<<'SQL'\n"
                       r"(?P<sql>.*?)\nSQL\n```", text, re.S)
-    assert found is not None, "the README's 'A fix by hand' recipe is missing"
+    assert found is not None, "docs/operator-access.md's 'A fix by hand' recipe is missing"
     options = re.findall(r"-v (\S+?)='?([^' \n]+)'?(?=\s)", found["cmd"])
     return [f"{name}={value}" for name, value in options], found["sql"] + "\n"
 

@@ -1,4 +1,4 @@
-"""The README's security boundaries, row by row, against what is actually granted: the
+"""The security boundaries (docs/security.md), row by row, against what is actually granted: the
 database's privileges after the migrations and the migrate function's grants (a tenant login's
 ``reminders_client``, the application role, the migrator's ownership), and the synthesized
 template (which function holds which secret, the operator-read and operator-write policies
@@ -21,7 +21,7 @@ import pytest
 from reminders import db, ops
 from tests.aws_principals import OPERATOR_KINDS, readme_operator_policy
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 BOUNDARIES = ("Tenant login", "Application role", "Migrator", "Operator read", "Operator write",
               "Console", "Key administrator")
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
@@ -29,8 +29,8 @@ TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFEREN
 
 @cache
 def table() -> dict[str, dict[str, str]]:
-    """The README's "Security boundaries" table: boundary -> who, may, may_not."""
-    section = README.read_text().split("\n## Security boundaries\n", 1)[1].split("\n## ", 1)[0]
+    """The "Security boundaries" table of docs/security.md: boundary -> who, may, may_not."""
+    section = PAGE.read_text().split("# Security boundaries\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, dict[str, str]] = {}
     for line in section.splitlines():
         if not line.startswith("| ") or line.startswith(("| Boundary", "|---")):

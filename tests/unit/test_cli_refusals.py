@@ -11,7 +11,7 @@ import pytest
 
 from reminders import cli
 
-DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 130}  # the README's exit status table
+DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 130}  # the exit status table of docs/cli.md
 
 
 def _commands() -> list[tuple[list[str], argparse.ArgumentParser]]:

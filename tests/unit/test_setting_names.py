@@ -13,7 +13,7 @@ from reminders import config, fanout
 from reminders.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-# Where names are used: the code, the tests, the tools and what the README tells people to set.
+# Where names are used: the code, the tests, the tools and what the docs tell people to set.
 SOURCES = ("shared", "functions", "infra", "tests", "examples", "docs", ".ci", "Makefile",
            "README.md", "pyproject.toml", "cdk.json")
 NAME = re.compile(r"REMINDERS_[A-Z0-9_]+")
@@ -48,7 +48,7 @@ def test_every_reminders_name_in_the_source_tree_is_known() -> None:
             used.setdefault(name, set()).add(str(path.relative_to(ROOT)))
     unknown = {name: sorted(where) for name, where in used.items()
                if name not in config.KNOWN_VARIABLES}
-    assert unknown == {}, "add each to config.KNOWN_VARIABLES (and README's Settings)"
+    assert unknown == {}, "add each to config.KNOWN_VARIABLES (and docs/settings.md)"
     # and the scan sees the names read outside config.py too
     assert {"REMINDERS_HOME", "REMINDERS_BYTECODE_PYTHON", "REMINDERS_CHROMIUM"} <= set(used)
 
@@ -64,7 +64,7 @@ def test_a_misspelt_setting_stops_loading_with_the_closest_known_name() -> None:
         config.load({**BASE_ENV, MISSPELT: "100"})
     assert str(err.value) == (
         f"unknown setting: {MISSPELT} (did you mean REMINDERS_DB_LOCK_TIMEOUT_MS?); "
-        "README.md's Settings lists the REMINDERS_ variables")
+        "docs/settings.md lists the REMINDERS_ variables")
 
 
 def test_every_unknown_name_is_named() -> None:
@@ -96,9 +96,9 @@ def test_other_names_are_not_settings() -> None:
     config.load({**BASE_ENV, "REMINDERS": "x", "AWS_REGION": "eu-west-1", "reminders_x": "y"})
 
 
-def test_the_readmes_settings_table_names_every_setting_but_the_tests_own() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+def test_the_settings_page_names_every_setting_but_the_tests_own() -> None:
+    text = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    section = text.split("# Settings\n", 1)[1].split("\n## ", 1)[0]
     table = {name for line in section.splitlines() if line.startswith("| `")
              for name in NAME.findall(line.split(" | ")[0])}
     readers = config.KNOWN_VARIABLES

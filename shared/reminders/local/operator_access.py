@@ -1,6 +1,6 @@
 """The operator who runs the command line and the console on the database directly (the local
 stack, or a deployed stack's database through the port-forward), as an IAM principal holding
-exactly the README's operator-direct policy.
+exactly the operator-direct policy of docs/operator-access.md.
 
 Those commands read and write Postgres themselves; their only AWS calls are the queues' depths
 beside the database's counts (``status``, the console's overview: ``sqs:GetQueueAttributes``)
@@ -21,7 +21,7 @@ from reminders.kms import PURPOSE
 
 POLICY_NAME = "reminders-operator-direct"
 LOCAL_USER = "reminders-operator"
-# The queues whose depths `status` shows, in the order the README's policy names them.
+# The queues whose depths `status` shows, in the order the documented policy names them.
 QUEUES = ("deliveries", "dlq", "parking")
 
 

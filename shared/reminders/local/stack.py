@@ -66,7 +66,7 @@ class LocalStack:
     direct_url: str = ""
     administrator: dict[str, str] | None = None  # moto's administrator key (moto_server)
     # The key of the IAM user the command line and the console run as on this stack, holding
-    # the README's operator-direct policy on its queues and key (local.operator_access).
+    # the documented operator-direct policy on its queues and key (local.operator_access).
     operator: dict[str, str] | None = None
 
     def env(self) -> dict[str, str]:

@@ -45,7 +45,7 @@ _HASH = re.compile(r"[0-9A-F]{8}$")
 
 
 def short_name(logical_id: str) -> str:
-    """``MonitoringDeliveriesQueueAge5944C2E2`` as the README names it:
+    """``MonitoringDeliveriesQueueAge5944C2E2`` as docs/operating.md names it:
     ``DeliveriesQueueAge``."""
     bare = _HASH.sub("", logical_id)
     return bare.removeprefix("Monitoring") or logical_id
@@ -80,7 +80,7 @@ def floor_minute(at: datetime) -> datetime:
 @dataclass(frozen=True)
 class AlarmState:
     logical_id: str
-    name: str            # as the README names it
+    name: str            # as docs/operating.md names it
     state: str
     since: datetime | None
     reason: str
@@ -174,7 +174,7 @@ class AlarmBoard:
                 if t.new == ALARM and (inputs or self._pages.get(t.alarm, True))]
 
     def first_fired(self, name: str, start: datetime | None = None) -> datetime | None:
-        """When the alarm called ``name`` (README's name or logical id) first went to ALARM at
+        """When the alarm called ``name`` (the documented name or logical id) first went to ALARM at
         or after ``start``."""
         for t in self.transitions(start):
             if t.new == ALARM and name in (t.alarm, short_name(t.alarm)):
