@@ -348,6 +348,7 @@ class FunctionPool:
     _idle: list[FunctionInstance] = field(default_factory=list)
     _busy: set[FunctionInstance] = field(default_factory=set)
     _closed: bool = False
+    pids_seen: set[int] = field(default_factory=set)  # every process an invocation ran in
     _room: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
@@ -361,6 +362,8 @@ class FunctionPool:
         try:
             return instance.invoke(body)
         finally:
+            if instance.pid is not None:
+                self.pids_seen.add(instance.pid)
             self._release(instance)
 
     def _acquire(self) -> FunctionInstance:
@@ -399,6 +402,11 @@ class FunctionPool:
     def instances(self) -> int:
         with self._room:
             return len(self._idle) + len(self._busy)
+
+    def busy_pids(self) -> list[int]:
+        """The processes of the instances running an invocation now (what a drill kills)."""
+        with self._room:
+            return [pid for instance in self._busy if (pid := instance.pid) is not None]
 
     def close(self) -> None:
         """Stop every instance; one still running an invocation is killed (its caller gets

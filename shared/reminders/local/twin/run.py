@@ -58,6 +58,7 @@ from reminders.local.twin.functions import FunctionSpec, function_specs
 from reminders.local.twin.instances import FunctionFailed, FunctionPool, lambda_environment
 from reminders.local.twin.poller import Poller
 from reminders.local.twin.references import REF, LocalValues, queue_values, values_by_name
+from reminders.local.twin.watch import SimulatedAges
 from reminders.queue import Queue
 
 # The functions the twin runs: the rule's, the mappings' and the custom resource's.
@@ -150,6 +151,12 @@ class Twin:
         default_factory=lambda: {"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
     assets: FunctionAssets | None = None
     concurrency: int = LOCAL_CONCURRENCY
+    # More instances of one function than ``concurrency`` (the racing-scanners drill invokes
+    # four scanners at once, as overlapping rule firings would).
+    instances: Mapping[str, int] = field(default_factory=dict)
+    # The clock is simulated (it runs minutes while the wall clock runs seconds): a queue's
+    # age is then measured on it (reminders.local.twin.watch.SimulatedAges), not on moto's.
+    simulated: bool = True
     state_file: Path | None = None  # where the custom resource's last properties are kept
     metrics: twin_metrics.MetricStore = field(default_factory=twin_metrics.MetricStore)
     plan: resources.TwinPlan | None = None
@@ -162,6 +169,7 @@ class Twin:
     _log_offsets: dict[Path, int] = field(default_factory=dict)
     _log_lock: threading.Lock = field(default_factory=threading.Lock)
     _catcher: ResponseCatcher | None = None
+    _ages: SimulatedAges | None = None  # on a simulated clock
     init_problems: list[str] = field(default_factory=list)  # "<logical id> <property>: ..."
 
     # ------------------------------------------------------------------ start and stop
@@ -209,7 +217,8 @@ class Twin:
             env = lambda_environment(spec, assets, region=stack.REGION,
                                      credentials=made[name].credentials, extra=settings)
             self.pools[name] = FunctionPool(spec, assets, env, self.log_dir, stack.REGION,
-                                            ACCOUNT, max_instances=self.concurrency)
+                                            ACCOUNT, max_instances=self.instances.get(
+                                                name, self.concurrency))
         by_logical_id = {spec.logical_id: name for name, spec in self.specs.items()}
         for mapping in plan.pollers:
             found = by_logical_id.get(mapping.function)
@@ -360,11 +369,23 @@ class Twin:
         return {"error": error}
 
     def sample_queues(self, at: datetime) -> None:
+        """The queues' figures for the minute of ``at``. On a simulated clock a message's age
+        is measured on it: a message counts as sent at the first sample after moto stamped it
+        (reminders.local.twin.watch.SimulatedAges), so one left for twelve simulated minutes
+        is 720 s old, as SQS would report it."""
         sqs = stack.aws_client("sqs", self.endpoint_url)
         queues = {q.name: q.url for q in self.queues.values()}
-        oldest = twin_metrics.oldest_sent(self.endpoint_url)
+        stamps = twin_metrics.oldest_sent(self.endpoint_url)
+        if not self.simulated:
+            twin_metrics.sample_queues(self.metrics, sqs, queues, at, oldest=stamps,
+                                       now_ms=int(time.time() * 1000))
+            return
+        ages = self._ages = self._ages or SimulatedAges()
+        ages.mark(at)
+        oldest = {name: None if stamps.get(name) is None else ages.sent_at(int(stamps[name] or 0))
+                  for name in queues}
         twin_metrics.sample_queues(self.metrics, sqs, queues, at, oldest=oldest,
-                                   now_ms=int(time.time() * 1000))
+                                   now_ms=int(at.timestamp() * 1000))
 
     def work(self, *, max_seconds: float = 60.0, max_rounds: int = 10_000) -> dict[str, Any]:
         """The consumer's and the redrive function's mappings polled until both queues are
@@ -374,14 +395,18 @@ class Twin:
         deadline = time.monotonic() + max_seconds
         idle = False
         for _ in range(WORK_PASSES):
+            # A mapping whose queue holds nothing (visible, in flight or delayed) has nothing
+            # to receive: it is not polled (which would wait out its batching window).
+            depths = consumer.queue.depth(), redrive.queue.depth()
+            if depths == (0, 0):
+                idle = True
+                break
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            consumer.run(max_rounds=max_rounds, max_seconds=left)
+            if depths[0]:
+                consumer.run(max_rounds=max_rounds, max_seconds=left)
             redrive.run(max_rounds=max_rounds, max_seconds=max(0.0, deadline - time.monotonic()))
-            if consumer.queue.depth() == 0 and redrive.queue.depth() == 0:
-                idle = True
-                break
         if self.init_problems:  # a function that cannot start fails every batch: say why
             raise TwinError(self.init_problems[0])
         return {"idle": idle, "consumer": consumer.counts.as_json(),
