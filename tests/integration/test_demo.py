@@ -34,6 +34,13 @@ def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     assert states[("missed its window (stale after 1h)", "alice")] == "stale"
     assert [p["reason"] for p in report["parked_messages"]] == [
         "unparseable: body is not JSON: '{not json'"]
+    # The alarms that fired are the ones its scenarios provoke: the unreadable message reached
+    # the dead-letter queue and stays parked. The rule fired every simulated minute, so the
+    # scanner was never silent.
+    assert [line.split(" fired at ")[0] for line in report["alarms"]] == [
+        "ParkingQueueNotEmpty", "DeadLetterArrivals"], report["alarms"]
+    assert report["alarms"][0].endswith("still in ALARM")
+    assert report["rounds"] >= report["simulated_minutes"]
     assert not (tmp_path / "home" / "local.json").exists()  # it stopped what it started
     # The report names the one command that opens the console on the demo's own database, at
     # the demo's simulated time; it starts the local stack again (its Postgres kept the data).

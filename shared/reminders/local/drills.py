@@ -44,7 +44,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from reminders import config, db, endpoints, invariants, operator, schedules
 from reminders.channels.signing import new_secret
@@ -55,13 +55,11 @@ from reminders.errors import RemindersError
 from reminders.local import pipeline, pooler, roles, stack
 from reminders.local.receiver import WebhookReceiver
 from reminders.local.twin.board import AlarmBoard
+from reminders.local.twin.run import Twin, TwinError
 from reminders.local.twin.watch import AlarmWatch, watch_template
 from reminders.observability import NoMetrics
 from reminders.queue import Queue
 from reminders.runtime import Runtime, build_channels, secret_box
-
-if TYPE_CHECKING:
-    from reminders.local.twin.run import Twin
 
 START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 TICK = timedelta(minutes=1)
@@ -241,7 +239,8 @@ class Site:
 
     def __init__(self, lab: Lab, name: str, *, server: Server | None = None,
                  limits: dict[str, int] | None = None, visibility_timeout: int = 4,
-                 max_receive_count: int = 3, on_twin: bool = True) -> None:
+                 max_receive_count: int = 3, on_twin: bool = True,
+                 template: Any = None) -> None:
         suffix = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.name = name
         self.server = server or lab.server
@@ -275,7 +274,7 @@ class Site:
             prefix = f"drill-{suffix}"
             if on_twin:
                 self.twin, self.functions_note = self._start_twin(
-                    prefix, visibility_timeout, max_receive_count)
+                    template, prefix, visibility_timeout, max_receive_count)
             if self.twin is not None:
                 self._queue_urls = [q.url for q in self.twin.queues.values()]
                 self.queues = self.twin.require_urls()
@@ -292,15 +291,16 @@ class Site:
             self.close()
             raise
 
-    def _start_twin(self, prefix: str, visibility_timeout: int,
+    def _start_twin(self, template: Any, prefix: str, visibility_timeout: int,
                     max_receive_count: int) -> tuple[Twin | None, str | None]:
         """The template's functions, queues, mappings and rule on this drill's database (or
-        None and why, where the template or CPython 3.13 cannot be had)."""
-        template, why = watch_template()
+        None and why, where the template or CPython 3.13 cannot be had). ``template``: the
+        synthesized one when None."""
         if template is None:
-            return None, why
+            template, why = watch_template()
+            if template is None:
+                return None, why
         from reminders.local.twin.assets import AssetError, build_assets
-        from reminders.local.twin.run import Twin
 
         try:
             assets = build_assets()
@@ -366,6 +366,12 @@ class Site:
         if self.twin is None:
             return pipeline.work(self.service, max_seconds=max_seconds, observe=self.observe)
         return self.twin.work(max_seconds=max_seconds)
+
+    def raise_template_fault(self) -> None:
+        """A function of the twin that cannot start (a property of the template at fault:
+        ``<logical id> <property>: ...``) ends the drill: it is no fault of the drill's."""
+        if self.twin is not None and self.twin.init_problems:
+            raise TwinError(self.twin.init_problems[0])
 
     def background(self, what: str, max_seconds: float = 60.0) -> Background:
         """``work`` (the mappings) or ``tick`` (one rule firing) running beside the drill, for
@@ -734,6 +740,7 @@ class Run:
         try:
             return self.site.tick()
         except RemindersError as exc:
+            self.site.raise_template_fault()
             self.say(f"the scanner tick at {self.when()} failed: {_first_line(exc)}")
             return None
 
@@ -741,6 +748,7 @@ class Run:
         try:
             out = self.site.work(max_seconds)
         except RemindersError as exc:
+            self.site.raise_template_fault()
             self.say(f"the consumer loop at {self.when()} failed: {_first_line(exc)}")
             return None
         if not out["idle"]:
@@ -1485,8 +1493,10 @@ DRILLS: dict[str, Drill] = {d.name: d for d in [
 ]}
 
 
-def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
-    """Run one drill in ``lab`` on a database and queues of its own; they are removed after."""
+def run_drill(name: str, lab: Lab, *, short: bool = False, template: Any = None
+              ) -> DrillResult:
+    """Run one drill in ``lab`` on a database and queues of its own; they are removed after.
+    ``template``: the one its twin runs (the synthesized template when None)."""
     drill = DRILLS[name]
     size = SHORT if short else FULL
     began = time.monotonic()
@@ -1495,7 +1505,8 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
         if drill.restarts_postgres:
             server, pgdata = cleanup.enter_context(lab.restartable_postgres())
         site = Site(lab, name, server=server,
-                    limits=drill.short_limits if short and drill.short_limits else drill.limits)
+                    limits=drill.short_limits if short and drill.short_limits else drill.limits,
+                    template=template)
         cleanup.callback(site.close)
         run = Run(site, size, pgdata)
         drill.body(run)
@@ -1505,7 +1516,8 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
 
 
 def run_drills(names: list[str], *, short: bool = False, lab: Lab | None = None,
-               on_result: Callable[[DrillResult], None] | None = None) -> list[DrillResult]:
+               on_result: Callable[[DrillResult], None] | None = None,
+               template: Any = None) -> list[DrillResult]:
     """Run drills one after the other, in ``lab`` or in one brought up (and removed) here."""
     with ExitStack() as cleanup:
         if lab is None:
@@ -1514,7 +1526,7 @@ def run_drills(names: list[str], *, short: bool = False, lab: Lab | None = None,
         for name in names:
             began = time.monotonic()
             try:
-                result = run_drill(name, lab, short=short)
+                result = run_drill(name, lab, short=short, template=template)
             except Exception as exc:  # noqa: BLE001 (one broken drill must not hide the rest)
                 result = DrillResult(
                     name=name, title=DRILLS[name].title, short=short, did=[],
