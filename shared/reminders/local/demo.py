@@ -146,6 +146,7 @@ def _run(local: stack.LocalStack, began: float, *, json_output: bool) -> int:
     twin, why = _twin(local, env["DATABASE_URL"], run_id, begin)
     clock: FixedClock
     if twin is not None:  # the template's functions, queues, mappings and rule
+        assert isinstance(twin.clock, FixedClock)
         urls, clock = twin.require_urls(), twin.clock
     else:
         sys.stderr.write(f"reminders: demo: the handlers run in this process, as moto's "

@@ -46,7 +46,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
-from reminders.clock import SharedClock, iso
+from reminders.clock import Clock, SharedClock, iso
 from reminders.config import QueueUrls
 from reminders.errors import RemindersError
 from reminders.local import roles, stack
@@ -139,7 +139,9 @@ class Twin:
     endpoint_url: str
     database_url: str
     prefix: str
-    clock: SharedClock
+    # The one clock: a SharedClock's file is read by every function's process; any other clock
+    # (the wall clock of `reminders tick` on a running stack) is each process's own.
+    clock: Clock
     log_dir: Path
     secrets_key_arn: str = ""
     visibility_timeout_override: int | None = 2
@@ -157,6 +159,9 @@ class Twin:
     # The clock is simulated (it runs minutes while the wall clock runs seconds): a queue's
     # age is then measured on it (reminders.local.twin.watch.SimulatedAges), not on moto's.
     simulated: bool = True
+    # Sample the queues at each rule firing (:meth:`tick`); off where the caller samples them
+    # itself (reminders.local.twin.watch, once a command).
+    samples_queues: bool = True
     state_file: Path | None = None  # where the custom resource's last properties are kept
     metrics: twin_metrics.MetricStore = field(default_factory=twin_metrics.MetricStore)
     plan: resources.TwinPlan | None = None
@@ -171,6 +176,9 @@ class Twin:
     _catcher: ResponseCatcher | None = None
     _ages: SimulatedAges | None = None  # on a simulated clock
     init_problems: list[str] = field(default_factory=list)  # "<logical id> <property>: ..."
+    # The application login the migrations create and the functions read (user, password);
+    # a fresh one each start when None.
+    app_login: tuple[str, str] | None = None
 
     # ------------------------------------------------------------------ start and stop
 
@@ -197,7 +205,7 @@ class Twin:
         master_arn = database_secret(self.endpoint_url, f"{self.prefix}-master-{tag}",
                                      str(login.get("user") or "postgres"),
                                      str(login.get("password") or ""))
-        self.app_login = (f"twin_app_{tag}", secrets.token_urlsafe(24))
+        self.app_login = self.app_login or (f"twin_app_{tag}", secrets.token_urlsafe(24))
         app_arn = database_secret(self.endpoint_url, f"{self.prefix}-app-{tag}",
                                   *self.app_login)
         local = self._local_values(master_arn, app_arn)
@@ -258,13 +266,21 @@ class Twin:
         return {"AWS_ENDPOINT_URL": self.endpoint_url, "REMINDERS_DB_PORT": str(login["port"]),
                 "REMINDERS_DB_NAME": str(login["dbname"]), "REMINDERS_DB_SSLMODE": "disable",
                 "REMINDERS_REFILL_PATIENCE_SECONDS": "0",
-                "REMINDERS_CLOCK_FILE": self.clock.path, **self.extra_env}
+                **({"REMINDERS_CLOCK_FILE": self.clock.path}
+                   if isinstance(self.clock, SharedClock) else {}),
+                **self.extra_env}
 
     def alarm_board(self) -> Any:
         """A board of the template's alarms reading this twin's metrics, with the functions'
         and queues' names on this machine (reminders.local.twin.board)."""
-        from reminders.local.twin.alarms import LocalNames
         from reminders.local.twin.board import board_for
+
+        return board_for(self.template, self.metrics, self.alarm_names())
+
+    def alarm_names(self) -> Any:
+        """The FunctionName and QueueName values this twin's metrics carry, by logical id
+        (reminders.local.twin.alarms.LocalNames)."""
+        from reminders.local.twin.alarms import LocalNames
 
         # Functions the twin does not run (the operations and rotation functions) get a
         # name of their own: nothing emits for them, so their alarms stay quiet.
@@ -273,9 +289,8 @@ class Twin:
                      if resource.get("Type") == "AWS::Lambda::Function"}
         functions.update({spec.logical_id: spec.deployed_name()
                           for spec in self.specs.values()})
-        return board_for(self.template, self.metrics, LocalNames(
-            functions=functions,
-            queues={logical_id: queue.name for logical_id, queue in self.queues.items()}))
+        return LocalNames(functions=functions, queues={
+            logical_id: queue.name for logical_id, queue in self.queues.items()})
 
     def require_urls(self) -> QueueUrls:
         if self.urls is None:
@@ -345,7 +360,8 @@ class Twin:
         ``{"error": ...}`` once the event is dropped."""
         assert self.plan is not None
         at = self.clock.now()
-        self.sample_queues(at)
+        if self.samples_queues:
+            self.sample_queues(at)
         rule = self.plan.schedule()
         target = rule.targets[0]
         scanner = self.specs["scanner"]
