@@ -8,8 +8,9 @@ answers with them), the functions' roles and secrets, the migrations custom reso
 the functions from their built assets in processes of their own. ``tick`` is one firing of the
 schedule rule, ``work`` the event source mappings polled until the queues are empty; the twin
 is closed (every function process stopped) when the command ends. The functions log in as one
-application login kept in ``REMINDERS_HOME/twin/app-login.json``, so repeated commands do not
-make a role each.
+application login kept in ``REMINDERS_HOME/twin/app-login.json`` and one secret holding it, so
+repeated commands make no role each, and the custom resource's event is sent only when its
+properties change (as CloudFormation sends it).
 
 Where no template can be had (the CDK not installed) or no CPython 3.13 is found, the command
 says so on stderr in one line and runs the handlers in its own process;
@@ -31,9 +32,6 @@ from reminders.local.twin.run import Twin
 
 IN_PROCESS = "in-process"
 CHOICE_VARIABLE = "REMINDERS_LOCAL_FUNCTIONS"
-# The values `reminders local up` makes the stack's queues with (stack.start's defaults).
-VISIBILITY_TIMEOUT = 2
-MAX_RECEIVE_COUNT = 5
 
 
 def recorded_stack(env: Mapping[str, str]) -> stack.LocalStack | None:
@@ -83,6 +81,7 @@ def start_twin(local: stack.LocalStack, clock: Clock) -> tuple[Twin | None, str]
         assets = build_assets()
     except (TemplateError, AssetError) as exc:
         return None, str(exc)
+    visibility, receives = queue_overrides(local)
     root = twin_root()
     root.mkdir(parents=True, exist_ok=True)
     if isinstance(clock, FixedClock):
@@ -90,15 +89,27 @@ def start_twin(local: stack.LocalStack, clock: Clock) -> tuple[Twin | None, str]
     twin = Twin(template, endpoint_url=local.endpoint_url, database_url=local.database_url,
                 prefix="reminders", clock=clock, log_dir=root / "logs",
                 secrets_key_arn=local.secrets_key_id,
-                visibility_timeout_override=VISIBILITY_TIMEOUT,
-                max_receive_count_override=MAX_RECEIVE_COUNT, assets=assets,
+                visibility_timeout_override=visibility, max_receive_count_override=receives,
+                assets=assets,
                 state_file=root / "custom-resources.json", simulated=False,
-                samples_queues=False, app_login=_app_login(root))
+                samples_queues=False, app_login=_app_login(root),
+                app_secret_name="reminders-twin-app")
     try:
         return twin.start(), ""
     except BaseException:
         close(twin)
         raise
+
+
+def queue_overrides(local: stack.LocalStack) -> tuple[int, int]:
+    """The visibility timeout and maxReceiveCount `reminders local up` made the stack's
+    deliveries queue with, read from it: the twin creates the template's queues with the same
+    values, so SQS answers with the queues that are there."""
+    sqs = stack.aws_client("sqs", local.endpoint_url)
+    attributes = sqs.get_queue_attributes(QueueUrl=local.queues["deliveries"], AttributeNames=[
+        "VisibilityTimeout", "RedrivePolicy"])["Attributes"]
+    policy = json.loads(attributes.get("RedrivePolicy") or "{}")
+    return int(attributes["VisibilityTimeout"]), int(policy.get("maxReceiveCount") or 1)
 
 
 def close(twin: Twin) -> None:

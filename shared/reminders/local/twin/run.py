@@ -179,6 +179,10 @@ class Twin:
     # The application login the migrations create and the functions read (user, password);
     # a fresh one each start when None.
     app_login: tuple[str, str] | None = None
+    # The application secret's name, kept from one start to the next when it holds
+    # ``app_login`` (so the custom resource's properties, which name it, stay the same and
+    # CloudFormation would send no event); a fresh secret each start when None.
+    app_secret_name: str | None = None
 
     # ------------------------------------------------------------------ start and stop
 
@@ -206,8 +210,9 @@ class Twin:
                                      str(login.get("user") or "postgres"),
                                      str(login.get("password") or ""))
         self.app_login = self.app_login or (f"twin_app_{tag}", secrets.token_urlsafe(24))
-        app_arn = database_secret(self.endpoint_url, f"{self.prefix}-app-{tag}",
-                                  *self.app_login)
+        app_arn = self._kept_secret() or database_secret(
+            self.endpoint_url, self.app_secret_name or f"{self.prefix}-app-{tag}",
+            *self.app_login)
         local = self._local_values(master_arn, app_arn)
         self.specs = function_specs(self.template, local, only=TWIN_FUNCTIONS)
         place = roles.Place(region=stack.REGION, account=ACCOUNT, arns={
@@ -251,6 +256,23 @@ class Twin:
             raise TwinError(f"{rule.logical_id}: Targets does not name the scanner "
                             f"({self.specs['scanner'].logical_id})")
         self.run_migrations()
+
+    def _kept_secret(self) -> str | None:
+        """The ARN of the secret named :attr:`app_secret_name` when it exists and holds
+        :attr:`app_login`; else None (and the name is freed for a new one)."""
+        if self.app_secret_name is None or self.app_login is None:
+            return None
+        client = stack.aws_client("secretsmanager", self.endpoint_url)
+        try:
+            found = client.get_secret_value(SecretId=self.app_secret_name)
+        except client.exceptions.ResourceNotFoundException:
+            return None
+        saved = json.loads(found["SecretString"])
+        if (saved.get("username"), saved.get("password")) == self.app_login:
+            arn: str = found["ARN"]
+            return arn
+        client.delete_secret(SecretId=self.app_secret_name, ForceDeleteWithoutRecovery=True)
+        return None
 
     def _local_values(self, master_arn: str, app_arn: str) -> LocalValues:
         host = str(conninfo_to_dict(self.database_url).get("host") or "127.0.0.1")
