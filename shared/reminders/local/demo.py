@@ -253,7 +253,10 @@ def _twin(local: stack.LocalStack, database_url: str, run_id: str,
     root.mkdir(parents=True, exist_ok=True)
     twin = Twin(template, endpoint_url=local.endpoint_url, database_url=database_url,
                 prefix=f"demo-{run_id}", clock=SharedClock(begin, str(root / "clock")),
-                log_dir=root / "logs", secrets_key_arn=local.secrets_key_id)
+                log_dir=root / "logs", secrets_key_arn=local.secrets_key_id,
+                # The local stack's: a batch (its batching window, a cold start) never
+                # outlasts it, so no message comes back while its batch still runs.
+                visibility_timeout_override=stack.LOCAL_VISIBILITY_TIMEOUT)
     return twin.start(), ""
 
 

@@ -9,19 +9,23 @@ never touched. A drill removes its database and queues when it ends, however it 
 
 A drill schedules a realistic batch (webhooks to the local receiver and e-mail through moto's
 SES, due over five minutes), injects its fault, then runs scanner ticks and the consumer and
-redrive handlers (the real ones, through the local event source, or ``reminders`` commands in
-subprocesses where a process must die) until every delivery whose time has come has an outcome,
-or a bound of simulated minutes is reached. After every tick it checks
-:func:`reminders.invariants.check`; at the end :func:`reminders.invariants.unsettled` and what
-the drill itself promises (all sent after an outage, garbage parked with a reason, ...).
+redrive functions until every delivery whose time has come has an outcome, or a bound of
+simulated minutes is reached. The functions run on the drill's own twin of the synthesized
+template (:class:`reminders.local.twin.run.Twin`): each from its built assets in processes of
+its own, the schedule rule's firings and the event source mappings' pollers as the template
+states them; a kill drill kills a function's process mid-invocation. Where no template or no
+CPython 3.13 can be had, the result says so (``functions``, ``functions_note``) and the real
+handlers run in this process (``reminders`` commands in subprocesses where a process must
+die). After every tick it checks :func:`reminders.invariants.check`; at the end
+:func:`reminders.invariants.unsettled` and what the drill itself promises (all sent after an
+outage, garbage parked with a reason, ...).
 
 The result says what was done, how long recovery took (simulated and wall seconds from the
 fault, or the end of an outage, to the first check at which every delivery due had an outcome
-again), the deliveries by state, every violation found (the goal is none), and the alarms of
-the synthesized template that fired and when: they are evaluated every simulated minute
-(:mod:`reminders.local.twin.watch`) from what the in-process handlers emitted, their
-invocations and the queues sampled after each round. What a ``reminders`` subprocess does (the
-kill drills' victims) reaches the alarms only through the queues and the rows it leaves.
+again), the deliveries by state, every violation found (the goal is none), where the functions
+ran (and in which processes), and the alarms of the synthesized template that fired and when:
+they are evaluated every simulated minute from what the functions emitted, their invocations
+and the queues sampled at each rule firing (:mod:`reminders.local.twin.watch` in process).
 """
 
 from __future__ import annotations
@@ -1580,6 +1584,12 @@ def _quiet_logs() -> Iterator[None]:
 def text(result: DrillResult, *, limit: int = 20) -> str:
     """A result as an operator reads it."""
     lines = [f"{result.name}: {result.title}" + (" (short)" if result.short else "")]
+    if result.functions == "twin":
+        lines.append("  functions: the template's, from their built assets, in processes of "
+                     "their own (the twin)")
+    elif result.did:
+        lines.append(f"  functions: the handlers in this process, not on the twin: "
+                     f"{result.functions_note or 'not asked'}")
     lines += [f"  - {line}" for line in result.did]
     if not result.faults:
         lines.append("  the fault never landed: this run tested nothing")
