@@ -7,13 +7,25 @@ import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
 
-def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
+def test_demo_runs_the_whole_mix_to_completion() -> None:
+    # Outside pytest's tmp dirs, as tests/integration/test_local_stack.py's homes: the embedded
+    # Postgres runs as a user of its own, which cannot enter pytest's private tmp directory.
+    root = Path(tempfile.mkdtemp(prefix="reminders-demo-"))
+    try:
+        _demo_runs_the_whole_mix_to_completion(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REMINDERS_"))}
     env["REMINDERS_HOME"] = str(tmp_path / "home")
     done = subprocess.run([sys.executable, "-m", "reminders.cli", "demo", "--json"], env=env,
