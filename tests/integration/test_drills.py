@@ -95,10 +95,12 @@ EXPECTED_ALARMS: dict[str, set[str]] = {
 # attempts' deadlines (they are late); a scanner killed before it published, and lease
 # messages lost, leave their deliveries to wait out their leases (300 s), and they are late.
 CUT_SHORT = {"DeliveriesUnknown", "OldestOverdueDelivery"}
-# A consumer invocation that reaches the stopped Postgres raises (ConsumerErrors), or waits it
-# out.
+# A consumer invocation that reaches the stopped Postgres raises (ConsumerErrors) and fails
+# its batch, and a message whose batches failed maxReceiveCount times reaches the dead-letter
+# queue (DeadLetterArrivals); or it waits the outage out.
 ALSO_FIRED: dict[str, set[str]] = {"consumer-kill": CUT_SHORT,
-                                   "postgres-restart": CUT_SHORT | {"ConsumerErrors"},
+                                   "postgres-restart": CUT_SHORT | {"ConsumerErrors",
+                                                                    "DeadLetterArrivals"},
                                    "scanner-kill": {"OldestOverdueDelivery"},
                                    "duplicate-message": {"OldestOverdueDelivery"}}
 
