@@ -7,13 +7,25 @@ import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
 
-def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
+def test_demo_runs_the_whole_mix_to_completion() -> None:
+    # Outside pytest's tmp dirs, as tests/integration/test_local_stack.py's homes: the embedded
+    # Postgres runs as a user of its own, which cannot enter pytest's private tmp directory.
+    root = Path(tempfile.mkdtemp(prefix="reminders-demo-"))
+    try:
+        _demo_runs_the_whole_mix_to_completion(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "REMINDERS_"))}
     env["REMINDERS_HOME"] = str(tmp_path / "home")
     done = subprocess.run([sys.executable, "-m", "reminders.cli", "demo", "--json"], env=env,
@@ -34,6 +46,13 @@ def test_demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     assert states[("missed its window (stale after 1h)", "alice")] == "stale"
     assert [p["reason"] for p in report["parked_messages"]] == [
         "unparseable: body is not JSON: '{not json'"]
+    # The alarms that fired are the ones its scenarios provoke: the unreadable message reached
+    # the dead-letter queue and stays parked. The rule fired every simulated minute, so the
+    # scanner was never silent.
+    assert [line.split(" fired at ")[0] for line in report["alarms"]] == [
+        "ParkingQueueNotEmpty", "DeadLetterArrivals"], report["alarms"]
+    assert report["alarms"][0].endswith("still in ALARM")
+    assert report["rounds"] >= report["simulated_minutes"]
     assert not (tmp_path / "home" / "local.json").exists()  # it stopped what it started
     # The report names the one command that opens the console on the demo's own database, at
     # the demo's simulated time; it starts the local stack again (its Postgres kept the data).

@@ -5,6 +5,7 @@ break each invariant, and ``reminders drill`` as an operator runs it."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from reminders import cli, db, invariants, schedules
 from reminders.clock import FixedClock
 from reminders.local import drills
+from reminders.local.twin.watch import watch_template
 from tests.conftest import PgCluster
 
 TERMINAL = {"sent", "failed", "suppressed", "stale", "unknown", "dead"}
@@ -49,12 +51,39 @@ def test_drill_recovers_with_no_violation(lab: drills.Lab, name: str) -> None:
     assert "alarms fired:" in report
     for a in result.alarms:
         assert f"{a['alarm']} at " in report
+    # The service ran on the twin: its functions in processes of their own, not the test's.
+    assert result.functions == "twin", result.functions_note
+    pids = {pid for found in result.function_pids.values() for pid in found}
+    assert result.function_pids["scanner"] and result.function_pids["migrate"], result
+    assert os.getpid() not in pids
+    if name == "consumer-kill":  # the killed process, then a cold start in a new one
+        assert len(result.function_pids["consumer"]) >= 2, result.function_pids
+        assert any(str(pid) in report for pid in result.function_pids["consumer"]), report
 
 
-# What each drill's fault must fire, and what else it may (a fault's side effects).
+def test_a_value_changed_in_a_copy_of_the_template_fails_the_drill_naming_it(
+        lab: drills.Lab) -> None:
+    template, why = watch_template()
+    assert template is not None, why
+    changed = copy.deepcopy(template)
+    (scanner,) = [k for k in changed["Resources"] if k.startswith("FunctionsScanner")
+                  and changed["Resources"][k]["Type"] == "AWS::Lambda::Function"]
+    variables = changed["Resources"][scanner]["Properties"]["Environment"]["Variables"]
+    misspelt = "REMINDERS_SCAN_BATCH".replace("BATCH", "BACH")  # not a name in the tree
+    variables[misspelt] = variables.pop("REMINDERS_SCAN_BATCH")
+    (result,) = drills.run_drills(["consumer-outage"], short=True, lab=lab, template=changed)
+    (violation,) = result.violations
+    assert violation.startswith(f"the drill could not run: TwinError: {scanner} Environment: "
+                                "ConfigError"), violation
+    assert misspelt in violation
+
+
+# What each drill's fault must fire, and what else it may (a fault's side effects). On the twin
+# a function process killed mid-invocation, or one that raises, is an invocation error, as
+# Lambda counts it.
 EXPECTED_ALARMS: dict[str, set[str]] = {
-    "consumer-kill": set(),
-    "scanner-kill": set(),
+    "consumer-kill": {"ConsumerErrors"},
+    "scanner-kill": {"ScannerErrors"},
     "terminate-backends": set(),
     "postgres-restart": {"ScannerErrors"},
     "racing-scanners": set(),
@@ -62,10 +91,18 @@ EXPECTED_ALARMS: dict[str, set[str]] = {
     "duplicate-message": {"DeadLetterArrivals"},
     "garbage": {"DeadLetterArrivals", "ParkingQueueNotEmpty"},
 }
-# A kill mid-send of an e-mail leaves it unknown; a scanner killed before it published leaves
-# its deliveries to wait out their leases (300 s), and they are late.
-ALSO_FIRED: dict[str, set[str]] = {"consumer-kill": {"DeliveriesUnknown"},
-                                   "scanner-kill": {"OldestOverdueDelivery"}}
+# A kill mid-send of an e-mail leaves it unknown, and the sends it cut short wait out their
+# attempts' deadlines (they are late); a scanner killed before it published, and lease
+# messages lost, leave their deliveries to wait out their leases (300 s), and they are late.
+CUT_SHORT = {"DeliveriesUnknown", "OldestOverdueDelivery"}
+# A consumer invocation that reaches the stopped Postgres raises (ConsumerErrors) and fails
+# its batch, and a message whose batches failed maxReceiveCount times reaches the dead-letter
+# queue (DeadLetterArrivals); or it waits the outage out.
+ALSO_FIRED: dict[str, set[str]] = {"consumer-kill": CUT_SHORT,
+                                   "postgres-restart": CUT_SHORT | {"ConsumerErrors",
+                                                                    "DeadLetterArrivals"},
+                                   "scanner-kill": {"OldestOverdueDelivery"},
+                                   "duplicate-message": {"OldestOverdueDelivery"}}
 
 
 def test_the_command_line_knows_every_drill() -> None:

@@ -19,7 +19,7 @@ from tests.integration.test_local_stack import Home, new_home
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = "<!-- walkthrough:"
-SCRIPT_SECONDS = 120
+SCRIPT_SECONDS = 240  # tick and work start the twin: its function processes cold-start
 
 
 def walkthrough_commands(text: str, marker: str = MARKER) -> list[str]:

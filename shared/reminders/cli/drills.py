@@ -21,8 +21,8 @@ DRILLS = ("consumer-kill", "scanner-kill", "terminate-backends", "postgres-resta
 
 
 _DRILL_EPILOG = """drills:
-  consumer-kill       kill -9 of `reminders work` while it waits on a send
-  scanner-kill        kill -9 of `reminders tick` once its leases are committed
+  consumer-kill       kill -9 of the consumer function's processes while one waits on a send
+  scanner-kill        kill -9 of the scanner function's process once its leases are committed
   terminate-backends  pg_terminate_backend of the service's sessions mid-work
   postgres-restart    Postgres stopped and started again mid-work
   racing-scanners     four scanners start every tick together
@@ -33,7 +33,10 @@ _DRILL_EPILOG = """drills:
 
 The drills run on a Postgres and a moto server of their own (started in a temporary directory
 and removed afterwards; a running `reminders local up` stack is left alone), each drill on its
-own database and queues, on a simulated clock.
+own database and queues, on a simulated clock, with the synthesized template's functions,
+event source mappings and rule on the twin (each function from its built assets in processes
+of its own; where no template or no CPython 3.13 can be had, the report says so and the
+handlers run in the drill's process).
 
 exit status: 0 when no drill found a violation, 1 when one did, 2 on a bad argument."""
 

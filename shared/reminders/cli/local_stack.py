@@ -106,12 +106,50 @@ def _local_alarms(rt: Any) -> Any:
     return watch.persisted(watching, watch.alarms_path(stack.home()))
 
 
+def _on_twin(rt: Any, command: str) -> Any:
+    """On the stack `reminders local up` runs, the local stack's twin started for this command
+    (reminders.local.twin.on_stack); None elsewhere, or where the twin cannot be had, which
+    is then said on stderr: the handlers run in this process, never silently."""
+    from reminders.local.twin import on_stack
+
+    local = on_stack.recorded_stack(environment())
+    if local is None:
+        return None
+    twin, why = on_stack.start_twin(local, rt.clock)
+    if twin is None:
+        sys.stderr.write(f"reminders: {command}: the handlers run in this process, not on the "
+                         f"twin: {why}\n")
+    return twin
+
+
+def _twin_alarms(twin: Any) -> Any:
+    from reminders.local import stack
+    from reminders.local.twin import on_stack, watch
+
+    return watch.persisted(on_stack.alarm_watch(twin), watch.alarms_path(stack.home()))
+
+
 def cmd_tick(args: argparse.Namespace) -> int:
     from reminders.local import pipeline
+    from reminders.local.twin import on_stack
 
     rt = _runtime()
-    with _local_alarms(rt) as observe:
-        summary = pipeline.tick(rt, observe=observe)
+    twin = _on_twin(rt, "tick")
+    if twin is not None:  # one firing of the template's rule: the scanner function
+        try:
+            with _twin_alarms(twin):
+                summary = twin.tick()
+        finally:
+            on_stack.close(twin)
+        if "error" in summary:
+            from reminders.errors import CommandFailed
+
+            error = summary["error"] or {}
+            raise CommandFailed(f"tick: the scanner function failed: {error.get('errorType')}: "
+                                f"{error.get('errorMessage')}", code=EXIT_NOT_DONE)
+    else:
+        with _local_alarms(rt) as observe:
+            summary = pipeline.tick(rt, observe=observe)
     emit(args, summary, f"leased {summary['leased']}, published {summary['published']}, "
                         f"released {summary['released']}, "
                         f"reclaimed {_counts_text(summary['reclaimed'])}")
@@ -127,10 +165,19 @@ WORK_EXIT_STATUSES = (
 
 def cmd_work(args: argparse.Namespace) -> int:
     from reminders.local import pipeline
+    from reminders.local.twin import on_stack
 
     rt = _runtime()
-    with _local_alarms(rt) as observe:
-        summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe)
+    twin = _on_twin(rt, "work")
+    if twin is not None:  # the template's event source mappings and functions
+        try:
+            with _twin_alarms(twin):
+                summary = twin.work(max_seconds=args.max_seconds)
+        finally:
+            on_stack.close(twin)
+    else:
+        with _local_alarms(rt) as observe:
+            summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe)
     emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
                         f"redrive: {_work_counts(summary['redrive'])}; "
                         + ("queues empty" if summary["idle"] else "queues not empty"))

@@ -9,19 +9,23 @@ never touched. A drill removes its database and queues when it ends, however it 
 
 A drill schedules a realistic batch (webhooks to the local receiver and e-mail through moto's
 SES, due over five minutes), injects its fault, then runs scanner ticks and the consumer and
-redrive handlers (the real ones, through the local event source, or ``reminders`` commands in
-subprocesses where a process must die) until every delivery whose time has come has an outcome,
-or a bound of simulated minutes is reached. After every tick it checks
-:func:`reminders.invariants.check`; at the end :func:`reminders.invariants.unsettled` and what
-the drill itself promises (all sent after an outage, garbage parked with a reason, ...).
+redrive functions until every delivery whose time has come has an outcome, or a bound of
+simulated minutes is reached. The functions run on the drill's own twin of the synthesized
+template (:class:`reminders.local.twin.run.Twin`): each from its built assets in processes of
+its own, the schedule rule's firings and the event source mappings' pollers as the template
+states them; a kill drill kills a function's process mid-invocation. Where no template or no
+CPython 3.13 can be had, the result says so (``functions``, ``functions_note``) and the real
+handlers run in this process (``reminders`` commands in subprocesses where a process must
+die). After every tick it checks :func:`reminders.invariants.check`; at the end
+:func:`reminders.invariants.unsettled` and what the drill itself promises (all sent after an
+outage, garbage parked with a reason, ...).
 
 The result says what was done, how long recovery took (simulated and wall seconds from the
 fault, or the end of an outage, to the first check at which every delivery due had an outcome
-again), the deliveries by state, every violation found (the goal is none), and the alarms of
-the synthesized template that fired and when: they are evaluated every simulated minute
-(:mod:`reminders.local.twin.watch`) from what the in-process handlers emitted, their
-invocations and the queues sampled after each round. What a ``reminders`` subprocess does (the
-kill drills' victims) reaches the alarms only through the queues and the rows it leaves.
+again), the deliveries by state, every violation found (the goal is none), where the functions
+ran (and in which processes), and the alarms of the synthesized template that fired and when:
+they are evaluated every simulated minute from what the functions emitted, their invocations
+and the queues sampled at each rule firing (:mod:`reminders.local.twin.watch` in process).
 """
 
 from __future__ import annotations
@@ -44,16 +48,18 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from reminders import config, db, endpoints, invariants, operator, schedules
 from reminders.channels.signing import new_secret
-from reminders.clock import FixedClock, iso
+from reminders.clock import FixedClock, SharedClock, iso
 from reminders.db import migrate
 from reminders.db.queries import CHECKS
 from reminders.errors import RemindersError
 from reminders.local import pipeline, pooler, roles, stack
 from reminders.local.receiver import WebhookReceiver
+from reminders.local.twin.board import AlarmBoard
+from reminders.local.twin.run import Twin, TwinError
 from reminders.local.twin.watch import AlarmWatch, watch_template
 from reminders.observability import NoMetrics
 from reminders.queue import Queue
@@ -72,6 +78,7 @@ WAIT_SECONDS = 30.0          # wall-time bound on waiting for a subprocess to re
 # within six; and at most this many, waiting for the alarms to clear.
 ALARM_TAIL_MINUTES = 6
 ALARM_TAIL_BOUND = 20
+RACING_SCANNERS = 4  # scanners invoked at once by the racing-scanners drill
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,12 @@ class DrillResult:
     # None: not evaluated (no template to read them from).
     alarms: list[dict[str, Any]] | None = None
     alarms_note: str | None = None
+    # Where the service's functions ran: "twin" (the template's functions from their built
+    # assets, each in processes of its own) or "in-process" (the handlers in the drill's own
+    # process, and `reminders` commands in subprocesses), with why not on the twin.
+    functions: str = "in-process"
+    functions_note: str | None = None
+    function_pids: dict[str, list[int]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,8 +242,9 @@ class Site:
     """One drill's own database, queues, receiver and clock; :meth:`close` removes them."""
 
     def __init__(self, lab: Lab, name: str, *, server: Server | None = None,
-                 limits: dict[str, int] | None = None, visibility_timeout: int = 1,
-                 max_receive_count: int = 3) -> None:
+                 limits: dict[str, int] | None = None, visibility_timeout: int = 4,
+                 max_receive_count: int = 3, on_twin: bool = True,
+                 template: Any = None) -> None:
         suffix = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
         self.name = name
         self.server = server or lab.server
@@ -240,32 +254,72 @@ class Site:
         self.work_dir = lab.root / f"{name}-{suffix}"
         self.work_dir.mkdir(parents=True)
         self.db_name = f"drill_{name.replace('-', '_')}_{suffix}"
-        self.clock = FixedClock(START)
+        self.clock: FixedClock = SharedClock(START, str(self.work_dir / "clock"))
         self.receiver = WebhookReceiver(secret=new_secret())
         self.processes: list[subprocess.Popen[bytes]] = []
         self._conn: db.Connection | None = None
         self._created_db = False
         self._queue_urls: list[str] = []
         self.rt: Runtime | None = None
+        self.twin: Twin | None = None
+        self.functions_note: str | None = None  # why the functions are not on the twin
         self.watch: AlarmWatch | None = None
         self.watch_note: str | None = None
+        self._board: AlarmBoard | None = None
         try:
             direct = db.create_database(self.server_url, self.db_name)
             self._created_db = True
             with db.connect(direct) as conn:  # before any pooled session starts
                 migrate.apply(conn)
             self.database_url = self.server.pooled(direct)
-            self.queues = stack.prepare_aws(self.endpoint, prefix=f"drill-{suffix}",
-                                            visibility_timeout_override=visibility_timeout,
-                                            max_receive_count_override=max_receive_count)
-            self._queue_urls = [self.queues.deliveries, self.queues.dlq, self.queues.parking]
             self.secrets_key_id = stack.create_secrets_key(self.endpoint)
-            self._watch_alarms()
+            stack.aws_client("ses", self.endpoint).verify_domain_identity(
+                Domain=stack.SENDER_IDENTITY)
+            prefix = f"drill-{suffix}"
+            if on_twin:
+                self.twin, self.functions_note = self._start_twin(
+                    template, prefix, visibility_timeout, max_receive_count)
+            if self.twin is not None:
+                self._queue_urls = [q.url for q in self.twin.queues.values()]
+                self.queues = self.twin.require_urls()
+            else:
+                self.queues = stack.prepare_aws(self.endpoint, prefix=prefix,
+                                                visibility_timeout_override=visibility_timeout,
+                                                max_receive_count_override=max_receive_count)
+                self._queue_urls = [self.queues.deliveries, self.queues.dlq,
+                                    self.queues.parking]
+                self._watch_alarms()
             self.receiver.start()
             self.rt = self.runtime()
         except BaseException:
             self.close()
             raise
+
+    def _start_twin(self, template: Any, prefix: str, visibility_timeout: int,
+                    max_receive_count: int) -> tuple[Twin | None, str | None]:
+        """The template's functions, queues, mappings and rule on this drill's database (or
+        None and why, where the template or CPython 3.13 cannot be had). ``template``: the
+        synthesized one when None."""
+        if template is None:
+            template, why = watch_template()
+            if template is None:
+                return None, why
+        from reminders.local.twin.assets import AssetError, build_assets
+
+        try:
+            assets = build_assets()
+        except AssetError as exc:
+            return None, str(exc)
+        limits = {f"REMINDERS_{k.upper()}": str(v) for k, v in self.limits.items()}
+        twin = Twin(template, endpoint_url=self.endpoint, database_url=self.database_url,
+                    prefix=prefix, clock=cast(SharedClock, self.clock),
+                    log_dir=self.work_dir / "logs", secrets_key_arn=self.secrets_key_id,
+                    visibility_timeout_override=visibility_timeout,
+                    max_receive_count_override=max_receive_count, assets=assets,
+                    extra_env={"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32", **limits},
+                    instances={"scanner": RACING_SCANNERS})
+        self.twin = twin  # closed with the site, even when its start fails
+        return twin.start(), None
 
     def _watch_alarms(self) -> None:
         template, self.watch_note = watch_template()
@@ -274,10 +328,70 @@ class Site:
                 template, self.clock, endpoint_url=self.endpoint, sqs=self.sqs(),
                 deliveries_url=self.queues.deliveries)
 
+    @property
+    def board(self) -> AlarmBoard | None:
+        """The template's alarms over what this drill's functions did (None: no template)."""
+        if self.twin is not None:
+            if self._board is None:
+                self._board = self.twin.alarm_board()
+            return self._board
+        return self.watch.board if self.watch is not None else None
+
+    def minute(self) -> None:
+        """The alarms evaluated up to this simulated minute. On the twin the queues were
+        sampled by this minute's rule firing (:meth:`Twin.tick`); in process, here."""
+        if self.twin is not None:
+            board = self.board
+            if board is not None:
+                board.advance(self.clock.now())
+        elif self.watch is not None:
+            self.watch.minute()
+
     def observe(self, function_name: str, seconds: float, error: bool) -> None:
         """An invocation of the drill's in-process handlers, for the alarms."""
         if self.watch is not None:
             self.watch.invoked(function_name, seconds, error)
+
+    # --- the service's functions ----------------------------------------------------------
+
+    def tick(self) -> dict[str, Any]:
+        """One firing of the schedule rule: the twin's scanner function, or the in-process
+        handler. Raises RemindersError when the tick failed."""
+        if self.twin is None:
+            return pipeline.tick(self.service, observe=self.observe)
+        answer = self.twin.tick()
+        if "error" in answer:
+            error = answer["error"] or {}
+            raise RemindersError(f"{error.get('errorType')}: {error.get('errorMessage')}")
+        return answer
+
+    def work(self, max_seconds: float) -> dict[str, Any]:
+        """The consumer's and the redrive function's mappings until both queues are idle."""
+        if self.twin is None:
+            return pipeline.work(self.service, max_seconds=max_seconds, observe=self.observe)
+        return self.twin.work(max_seconds=max_seconds)
+
+    def raise_template_fault(self) -> None:
+        """A function of the twin that cannot start (a property of the template at fault:
+        ``<logical id> <property>: ...``) ends the drill: it is no fault of the drill's."""
+        if self.twin is not None and self.twin.init_problems:
+            raise TwinError(self.twin.init_problems[0])
+
+    def background(self, what: str, max_seconds: float = 60.0) -> Background:
+        """``work`` (the mappings) or ``tick`` (one rule firing) running beside the drill, for
+        a fault to strike while it is under way: on the twin in a thread of this process
+        (the functions run in processes of their own, which :meth:`Background.kill` kills);
+        in process, ``reminders work``/``tick`` in a process of its own."""
+        if self.twin is None:
+            args = ("work", "--max-seconds", f"{max_seconds:g}") if what == "work" \
+                else ("tick",)
+            return ProcessJob(self.spawn(*args), f"`reminders {what}`")
+        twin = self.twin
+        if what == "work":
+            return TwinJob(lambda: twin.work(max_seconds=max_seconds), twin, "consumer",
+                           "the consumer's event source mapping")
+        return TwinJob(twin.tick, twin, "scanner", "the schedule rule's invocation of the "
+                                                   "scanner")
 
     # --- settings and connections ------------------------------------------------------
 
@@ -308,9 +422,11 @@ class Site:
                      dlq=Queue(sqs, self.queues.dlq), parking=Queue(sqs, self.queues.parking),
                      channels=build_channels(settings, client), rng=random.Random(7),
                      secret_box=secret_box(settings, client))
-        # Each function as its role; without the CDK installed (no template), as the
-        # administrator, which the drill's report does not depend on.
-        roles.as_their_roles(rt, self.endpoint, self.queues, self.secrets_key_id)
+        # In process, each function as its role; without the CDK installed (no template), as
+        # the administrator, which the drill's report does not depend on. On the twin this is
+        # only the drill's own hands: its functions have roles of their own.
+        if self.twin is None:
+            roles.as_their_roles(rt, self.endpoint, self.queues, self.secrets_key_id)
         return rt
 
     @property
@@ -428,6 +544,8 @@ class Site:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(10)
+        if self.twin is not None:
+            self.twin.close()
         self.receiver.stop()
         if self.rt is not None:
             self.rt.close()
@@ -437,11 +555,103 @@ class Site:
             # When the server is gone (a restart drill failed), its directory goes with the lab.
             with suppress(RemindersError):
                 db.drop_database(self.server_url, self.db_name)
-        if self._queue_urls:
+        urls = self._queue_urls or [q.url for q in (self.twin.queues.values()
+                                                    if self.twin is not None else [])]
+        if urls:
             sqs = self.sqs()
-            for url in self._queue_urls:
+            for url in urls:
                 sqs.delete_queue(QueueUrl=url)
         shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class Background(Protocol):
+    """Work under way beside a drill: ``poll`` and ``wait`` as :class:`subprocess.Popen`'s
+    (None while it runs, else its exit status), ``kill`` the fault."""
+
+    label: str
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float) -> int: ...
+
+    def kill(self) -> str: ...
+
+
+class ProcessJob:
+    """``reminders work``/``tick`` in a process of its own (the in-process fallback)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], label: str) -> None:
+        self.proc, self.label = proc, label
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> str:
+        """kill -9 of the process; what was killed."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        return f"kill -9 of {self.label} (pid {self.proc.pid})"
+
+
+class TwinJob:
+    """A twin call (its mappings' work, or a rule firing) in a thread; :meth:`kill` is kill -9
+    of the processes of ``function`` running an invocation, as a crash of the Lambda
+    instance mid-invocation: Lambda sees the runtime exit (``Runtime.ExitError``), fails the
+    batch (it comes back after the visibility timeout) or retries the asynchronous event. A
+    killed work call stops its polling after the batches in flight, as a consumer that
+    crashed handles nothing more; the drill's next rounds poll again."""
+
+    def __init__(self, call: Callable[[], dict[str, Any]], twin: Twin, function: str,
+                 label: str) -> None:
+        self.twin, self.function, self.label = twin, function, label
+        self.answer: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.killed: list[int] = []
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], dict[str, Any]]) -> None:
+        try:
+            self.answer = call()
+        except BaseException as exc:  # noqa: BLE001 (kept for the drill's report)
+            self.error = exc
+
+    def poll(self) -> int | None:
+        return None if self._thread.is_alive() else self._status()
+
+    def wait(self, timeout: float) -> int:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise subprocess.TimeoutExpired(self.label, timeout)
+        if not self.twin.init_problems:  # polling resumes in the drill's next rounds
+            for poller in self.twin.pollers.values():
+                poller.stopped.clear()
+        return self._status()
+
+    def _status(self) -> int:
+        """0 done, 1 the queues not emptied, 4 a failure (as `reminders work` exits)."""
+        if self.error is not None or self.answer is None or "error" in self.answer:
+            return 4
+        if self.answer.get("failed_records") or self.answer.get("invocation_errors"):
+            return 4
+        return 0 if self.answer.get("idle", True) else 1
+
+    def kill(self) -> str:
+        pids = self.twin.pools[self.function].busy_pids()
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.function == "consumer":
+            for poller in self.twin.pollers.values():
+                poller.stopped.set()
+        self.killed = pids
+        return (f"kill -9 of the {self.function} function's process"
+                f"{'es' if len(pids) > 1 else ''} (pid {', '.join(map(str, pids))}) under "
+                f"{self.label}" if pids else f"no {self.function} process was running an "
+                                             "invocation: nothing was killed")
 
 
 @dataclass
@@ -532,16 +742,17 @@ class Run:
 
     def tick(self) -> dict[str, Any] | None:
         try:
-            return pipeline.tick(self.site.service, observe=self.site.observe)
+            return self.site.tick()
         except RemindersError as exc:
+            self.site.raise_template_fault()
             self.say(f"the scanner tick at {self.when()} failed: {_first_line(exc)}")
             return None
 
     def work(self, max_seconds: float = 60.0) -> dict[str, Any] | None:
         try:
-            out = pipeline.work(self.site.service, max_seconds=max_seconds,
-                                observe=self.site.observe)
+            out = self.site.work(max_seconds)
         except RemindersError as exc:
+            self.site.raise_template_fault()
             self.say(f"the consumer loop at {self.when()} failed: {_first_line(exc)}")
             return None
         if not out["idle"]:
@@ -556,8 +767,7 @@ class Run:
         for v in invariants.check(self.site.conn, now=now,
                                   receiver_stats=self.site.receiver.stats()):
             self.flag(v.rule, v.delivery_key, v.detail)
-        if self.site.watch is not None:
-            self.site.watch.minute()
+        self.site.minute()
         if (self.fault_at is not None and self.fault_over and not self.recovered
                 and self.site.pending(now) == 0):
             self._recovered()
@@ -606,29 +816,39 @@ class Run:
         """Quiet rounds after the drill, a minute apart, so that the alarms its fault
         provoked are evaluated (a five-minute alarm fires once its period is over) and seen
         to clear: at least :data:`ALARM_TAIL_MINUTES`, then until none is in ALARM (bounded)."""
-        watch = self.site.watch
-        if watch is None:
+        board = self.site.board
+        if board is None:
             return
         for step in range(ALARM_TAIL_BOUND):
-            if step >= ALARM_TAIL_MINUTES and not watch.board.in_alarm():
+            if step >= ALARM_TAIL_MINUTES and not board.in_alarm():
                 break
             self.site.clock.advance(TICK)
             self.round()
 
     def result(self, name: str, title: str, short: bool, began: float) -> DrillResult:
         sim, wall = self.recovery if self.recovery else (None, None)
-        watch = self.site.watch
+        board = self.site.board
         return DrillResult(name=name, title=title, short=short, did=self.did,
                            recovered=self.recovered, recovery_simulated_seconds=sim,
                            recovery_wall_seconds=wall, states=self.site.states(),
                            violations=list(self._found.values()),
                            wall_seconds=round(time.monotonic() - began, 2), faults=self.faults,
-                           alarms=None if watch is None else fired_alarms(watch, START),
-                           alarms_note=self.site.watch_note)
+                           alarms=None if board is None else fired_alarms(board, START),
+                           alarms_note=self.site.watch_note,
+                           functions="in-process" if self.site.twin is None else "twin",
+                           functions_note=self.site.functions_note,
+                           function_pids=self.function_pids())
+
+    def function_pids(self) -> dict[str, list[int]]:
+        """The processes each of the twin's functions ran in (none in process)."""
+        twin = self.site.twin
+        if twin is None:
+            return {}
+        return {name: sorted(pool.pids_seen) for name, pool in twin.pools.items()}
 
     # --- helpers the drills share ----------------------------------------------------------
 
-    def wait_for(self, what: Callable[[], bool], proc: subprocess.Popen[bytes] | None = None,
+    def wait_for(self, what: Callable[[], bool], proc: Background | None = None,
                  seconds: float = WAIT_SECONDS) -> bool:
         """Poll until ``what`` holds; False if ``proc`` ended first or time ran out."""
         deadline = time.monotonic() + seconds
@@ -640,16 +860,16 @@ class Run:
             time.sleep(0.002)
         return False
 
-    def finish_process(self, proc: subprocess.Popen[bytes], label: str,
-                       seconds: float = 90.0) -> None:
+    def finish_process(self, proc: Background, label: str, seconds: float = 90.0) -> None:
         try:
             code = proc.wait(seconds)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(10)
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
             self.say(f"{label} did not finish within {seconds:g} s and was killed")
             return
-        self.say(f"{label} exited with status {code}")
+        self.say(f"{label} ended with status {code}")
 
     def slow_requests(self) -> int:
         return int(self.site.receiver.stats()["by_endpoint"].get("slow", 0))
@@ -678,15 +898,15 @@ class Run:
                 self.flag(rule, key, f"ended {row['state']}{why}")
 
 
-def fired_alarms(watch: AlarmWatch, start: datetime) -> list[dict[str, Any]]:
+def fired_alarms(board: AlarmBoard, start: datetime) -> list[dict[str, Any]]:
     """Each time an alarm that pages went to ALARM: when (and minutes after ``start``), and
     when it was OK again (None: still in ALARM at the end)."""
     from reminders.local.twin.alarms import ALARM
     from reminders.local.twin.board import short_name
 
     found: list[dict[str, Any]] = []
-    transitions = watch.board.transitions()
-    paging = set(watch.board.fired())
+    transitions = board.transitions()
+    paging = set(board.fired())
     for i, t in enumerate(transitions):
         if t not in paging:
             continue
@@ -755,51 +975,57 @@ def _lease(body: str) -> tuple[int, str]:
 def consumer_kill(run: Run) -> None:
     batch = run.schedule(slow=3)
     run.tick()
-    proc = run.site.spawn("work", "--max-seconds", "60")
-    run.say(f"a scanner tick at {run.when()} leased what was due; `reminders work` started "
-            "in its own process")
-    if not run.wait_for(lambda: run.slow_requests() >= 1, proc):
+    job = run.site.background("work")
+    run.say(f"a scanner tick at {run.when()} leased what was due; {job.label} started")
+    if not run.wait_for(lambda: run.slow_requests() >= 1, job):
         run.say("the consumer finished before it reached a slow send: nothing was killed")
     else:
         time.sleep(0.1)  # it is waiting on the receiver's answer now
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        run.fault(f"kill -9 of the consumer mid-batch, while it waited on a send: "
-                  f"{run.ledger_line()}")
+        killed = job.kill()
+        if _landed(killed):
+            run.fault(f"{killed} mid-batch, while it waited on a send: {run.ledger_line()}")
+        else:
+            run.say(killed)
+    run.finish_process(job, job.label)
     run.settle()
     run.say(f"after the kill: {len(batch.slow)} slow deliveries took "
             f"{sum(len(run.site.attempts().get(k, [])) for k in batch.slow)} attempts")
+
+
+def _landed(killed: str) -> bool:
+    return not killed.endswith("nothing was killed")
 
 
 def scanner_kill(run: Run) -> None:
     batch = run.schedule()
     run.site.clock.set(batch.last_due)
     run.say(f"the clock stood at {run.when()}: the whole batch was due at once")
-    proc = run.site.spawn("tick")
-    if run.wait_for(lambda: run.site.leased() > 0, proc) and proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    job = run.site.background("tick")
+    if run.wait_for(lambda: run.site.leased() > 0, job) and job.poll() is None:
+        killed = job.kill()
         leased, published = run.site.leased(), run.site.service.deliveries.depth()
         where = ("before it published a message" if published == 0 else
                  f"after it published {published} of {leased} messages" if published < leased
                  else "after it published every message (too late to strike mid-publish)")
-        run.fault(f"kill -9 of `reminders tick` once its leases were committed: {leased} "
-                  f"deliveries leased, killed {where}")
+        if _landed(killed):
+            run.fault(f"{killed} once its leases were committed: {leased} deliveries leased, "
+                      f"killed {where}")
+        else:
+            run.say(killed)
+        run.finish_process(job, job.label)
     else:
-        proc.wait(10)
-        run.say(f"`reminders tick` ended (status {proc.returncode}) before the kill: nothing "
-                "was killed")
+        status = job.wait(10)
+        run.say(f"{job.label} ended (status {status}) before the kill: nothing was killed")
     run.settle()
 
 
 def terminate_backends(run: Run) -> None:
     batch = run.schedule(slow=3)
     run.tick()
-    proc = run.site.spawn("work", "--max-seconds", "60")
-    run.say(f"a scanner tick at {run.when()} leased what was due; `reminders work` started "
-            "in its own process")
+    job = run.site.background("work")
+    run.say(f"a scanner tick at {run.when()} leased what was due; {job.label} started")
     for n in range(1, len(batch.slow) + 1):
-        if not run.wait_for(run.slow_requests_reach(n), proc):
+        if not run.wait_for(run.slow_requests_reach(n), job):
             run.say("the consumer finished before its next slow send")
             break
         time.sleep(0.1)
@@ -807,7 +1033,7 @@ def terminate_backends(run: Run) -> None:
                              {"application": SERVICE_APPLICATION}, source=CHECKS) or {}
         run.fault(f"pg_terminate_backend of {ended.get('n', 0)} service session(s) while the "
                   f"consumer waited on slow send {n}: {run.ledger_line()}")
-    run.finish_process(proc, "`reminders work`")
+    run.finish_process(job, job.label)
     run.settle()
 
 
@@ -815,10 +1041,9 @@ def postgres_restart(run: Run) -> None:
     assert run.pgdata is not None
     run.schedule(slow=3)
     run.tick()
-    proc = run.site.spawn("work", "--max-seconds", "60")
-    run.say(f"a scanner tick at {run.when()} leased what was due; `reminders work` started "
-            "in its own process")
-    if not run.wait_for(lambda: run.slow_requests() >= 1, proc):
+    job = run.site.background("work")
+    run.say(f"a scanner tick at {run.when()} leased what was due; {job.label} started")
+    if not run.wait_for(lambda: run.slow_requests() >= 1, job):
         run.say("the consumer finished before it reached a slow send")
     time.sleep(0.1)
     line = run.ledger_line()
@@ -832,7 +1057,7 @@ def postgres_restart(run: Run) -> None:
     run.site.reconnect()
     run.fault_ends(f"Postgres started again after {time.monotonic() - began:.1f} s of wall "
                    "time")
-    run.finish_process(proc, "`reminders work`")
+    run.finish_process(job, job.label)
     run.settle()
 
 
@@ -843,13 +1068,15 @@ def racing_scanners(run: Run) -> None:
     budget = run.site.limit("inflight_budget")
     run.say(f"four scanners, each with its own connection, start every tick together "
             f"(batch {run.site.limit('scan_batch')}, in-flight budget {budget})")
-    runtimes = [run.site.runtime() for _ in range(4)]
+    twin = run.site.twin
+    runtimes = [] if twin is not None else [run.site.runtime() for _ in range(RACING_SCANNERS)]
     run.fault("the scanners race from the first tick on")
     try:
         for step in range(run.size.bound_minutes):
             if step:
                 run.site.clock.advance(TICK)
-            summaries = _race(runtimes, run.site.observe)
+            summaries = _race(runtimes, run.site.observe) if twin is None else \
+                _race_on_twin(twin)
             messages = peek(run.site, run.site.queues.deliveries)
             leased = sum(s.get("leased", 0) for s in summaries)
             if leased:
@@ -879,6 +1106,36 @@ def _race(runtimes: list[Runtime], observe: Callable[[str, float, bool], None]
             out[i] = {"error": _first_line(exc)}
 
     threads = [threading.Thread(target=scan, args=(i,)) for i in range(len(runtimes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def _race_on_twin(twin: Twin) -> list[dict[str, Any]]:
+    """Four invocations of the twin's scanner function at once, each in a process of its
+    own, with the schedule rule's event (as overlapping firings would run them); the queues
+    sampled once for the minute."""
+    from reminders.local.twin.run import scheduled_event
+
+    now = twin.clock.now()
+    twin.sample_queues(now)
+    event = scheduled_event(now, f"arn:aws:events:{stack.REGION}:000000000000:rule/drill")
+    barrier = threading.Barrier(RACING_SCANNERS)
+    out: list[dict[str, Any]] = [{} for _ in range(RACING_SCANNERS)]
+
+    def scan(i: int) -> None:
+        barrier.wait()
+        try:
+            result = twin.invoke("scanner", event)
+        except RemindersError as exc:
+            out[i] = {"error": _first_line(exc)}
+            return
+        out[i] = result.json() if result.ok else {"error": str((result.error or {}).get(
+            "errorMessage"))}
+
+    threads = [threading.Thread(target=scan, args=(i,)) for i in range(RACING_SCANNERS)]
     for t in threads:
         t.start()
     for t in threads:
@@ -946,15 +1203,15 @@ def duplicate_message(run: Run) -> None:
     for n, body in enumerate(slow, 1):
         key = keys[_lease(body)[0]]
         send_bodies(site, deliveries, [body])
-        proc = site.spawn("work", "--max-seconds", "60")
-        if run.wait_for(run.receiver_saw(key), proc):
+        job = site.background("work")
+        if run.wait_for(run.receiver_saw(key), job):
             send_bodies(site, deliveries, [body])
             run.say(f"slow message {n}: a copy handed to a second consumer while the first "
-                    "(`reminders work`) waited on its send")
+                    f"({job.label}) waited on its send")
             run.work()
         else:
             run.say(f"slow message {n}: the first consumer finished before its send")
-        run.finish_process(proc, "`reminders work`")
+        run.finish_process(job, job.label)
     run.check()
     # 3. Old leases: messages lost, their leases expire and are taken again, and then the
     # old messages turn up, on the deliveries queue and on the dead-letter queue.
@@ -1050,15 +1307,44 @@ def garbage(run: Run) -> None:
 
 def work_watching_batches(run: Run, good: Callable[[str], bool],
                           max_seconds: float = 120.0) -> Counter[str]:
-    """The consumer and redrive handlers until both queues are idle, as
-    :func:`reminders.local.pipeline.work` runs them, counting how often the consumer failed a
-    ``good`` message (its own or the whole batch's failure)."""
+    """The consumer and redrive functions until both queues are idle (the twin's mappings,
+    or the handlers in process as :func:`reminders.local.pipeline.work` runs them), counting
+    how often the consumer failed a ``good`` message (its own or the whole batch's
+    failure)."""
+    failed: Counter[str] = Counter()
+
+    def count(records: list[dict[str, Any]], answer: Any) -> None:
+        ids = {f.get("itemIdentifier") for f in answer.get("batchItemFailures", [])} \
+            if isinstance(answer, dict) else set()
+        failed.update(r["body"] for r in records if r["messageId"] in ids and good(r["body"]))
+
+    twin = run.site.twin
+    if twin is not None:  # the consumer's mapping on the twin, its responses watched
+        poller = twin.pollers["consumer"]
+        invoke = poller.invoke
+
+        def watched(event: dict[str, Any]) -> Any:
+            records = event.get("Records", [])
+            try:
+                answer = invoke(event)
+            except Exception:
+                failed.update(r["body"] for r in records if good(r["body"]))
+                raise
+            count(records, answer)
+            return answer
+
+        poller.invoke = watched
+        try:
+            if not run.site.work(max_seconds)["idle"]:
+                run.say(f"the queues were not idle after {max_seconds:g} s of wall time")
+        finally:
+            poller.invoke = invoke
+        return failed
+
     from functions.consumer.handler import handler as consumer_handler
     from functions.redrive.handler import handler as redrive_handler
     from reminders import runtime
     from reminders.local.event_source import EventSource, run_until_idle
-
-    failed: Counter[str] = Counter()
 
     def consumer(event: dict[str, Any], context: Any) -> dict[str, Any]:
         records = event.get("Records", [])
@@ -1067,8 +1353,7 @@ def work_watching_batches(run: Run, good: Callable[[str], bool],
         except Exception:
             failed.update(r["body"] for r in records if good(r["body"]))
             raise
-        ids = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
-        failed.update(r["body"] for r in records if r["messageId"] in ids and good(r["body"]))
+        count(records, answer)
         return answer
 
     rt = run.site.service
@@ -1212,8 +1497,10 @@ DRILLS: dict[str, Drill] = {d.name: d for d in [
 ]}
 
 
-def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
-    """Run one drill in ``lab`` on a database and queues of its own; they are removed after."""
+def run_drill(name: str, lab: Lab, *, short: bool = False, template: Any = None
+              ) -> DrillResult:
+    """Run one drill in ``lab`` on a database and queues of its own; they are removed after.
+    ``template``: the one its twin runs (the synthesized template when None)."""
     drill = DRILLS[name]
     size = SHORT if short else FULL
     began = time.monotonic()
@@ -1222,7 +1509,8 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
         if drill.restarts_postgres:
             server, pgdata = cleanup.enter_context(lab.restartable_postgres())
         site = Site(lab, name, server=server,
-                    limits=drill.short_limits if short and drill.short_limits else drill.limits)
+                    limits=drill.short_limits if short and drill.short_limits else drill.limits,
+                    template=template)
         cleanup.callback(site.close)
         run = Run(site, size, pgdata)
         drill.body(run)
@@ -1232,7 +1520,8 @@ def run_drill(name: str, lab: Lab, *, short: bool = False) -> DrillResult:
 
 
 def run_drills(names: list[str], *, short: bool = False, lab: Lab | None = None,
-               on_result: Callable[[DrillResult], None] | None = None) -> list[DrillResult]:
+               on_result: Callable[[DrillResult], None] | None = None,
+               template: Any = None) -> list[DrillResult]:
     """Run drills one after the other, in ``lab`` or in one brought up (and removed) here."""
     with ExitStack() as cleanup:
         if lab is None:
@@ -1241,7 +1530,7 @@ def run_drills(names: list[str], *, short: bool = False, lab: Lab | None = None,
         for name in names:
             began = time.monotonic()
             try:
-                result = run_drill(name, lab, short=short)
+                result = run_drill(name, lab, short=short, template=template)
             except Exception as exc:  # noqa: BLE001 (one broken drill must not hide the rest)
                 result = DrillResult(
                     name=name, title=DRILLS[name].title, short=short, did=[],
@@ -1295,6 +1584,12 @@ def _quiet_logs() -> Iterator[None]:
 def text(result: DrillResult, *, limit: int = 20) -> str:
     """A result as an operator reads it."""
     lines = [f"{result.name}: {result.title}" + (" (short)" if result.short else "")]
+    if result.functions == "twin":
+        lines.append("  functions: the template's, from their built assets, in processes of "
+                     "their own (the twin)")
+    elif result.did:
+        lines.append(f"  functions: the handlers in this process, not on the twin: "
+                     f"{result.functions_note or 'not asked'}")
     lines += [f"  - {line}" for line in result.did]
     if not result.faults:
         lines.append("  the fault never landed: this run tested nothing")

@@ -421,7 +421,7 @@ def prepare_aws(endpoint_url: str, prefix: str = "reminders", *,
     """The template's queues (every AWS::SQS::Queue, with its attributes and redrive policy;
     reminders.local.twin.resources) and the SES sender identity, in the moto server at
     ``endpoint_url``. The overrides replace the template's VisibilityTimeout (360 s: the local
-    stack uses 2 s and the tests 1 s, so a failed message comes back at once) and scale its
+    stack uses 6 s and the tests 1 s, so a failed message comes back soon) and scale its
     maxReceiveCount (the tests use 2, the dead-letter queue keeping twice that); None keeps the
     template's. Where no template can be had (the CDK not installed, as after `make demo`'s
     set-up), the three queues are made by hand (:func:`create_queues`) with the same values."""
@@ -531,7 +531,14 @@ def _wait_server(proc: subprocess.Popen[bytes], url: str) -> None:
         raise StackError(f"{proc.args!r} exited with code {proc.returncode}")
 
 
-def start(*, visibility_timeout: int = 2,
+# The local stack's queues' visibility timeout: a failed message comes back within seconds, and
+# a batch outlasts neither it nor a cold start of the twin's consumer (its 1 s batching window,
+# its process's init and the invocation) as a message in flight must (Lambda requires the
+# visibility timeout to be at least the function's timeout).
+LOCAL_VISIBILITY_TIMEOUT = 6
+
+
+def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
           max_receive_count: int = 5) -> tuple[LocalStack, dict[str, str]]:
     """Start everything; or, for a stack already recorded, check that each part answers and
     start again what does not: Postgres on its data directory (its URL stays the same), moto
@@ -716,7 +723,8 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def up(*, visibility_timeout: int = 2, max_receive_count: int = 5) -> LocalStack:
+def up(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
+       max_receive_count: int = 5) -> LocalStack:
     """Start everything (or return what already runs, started again where it had ended)."""
     stack, _ = start(visibility_timeout=visibility_timeout, max_receive_count=max_receive_count)
     return stack

@@ -154,6 +154,7 @@ class FunctionInstance:
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._ready = False  # the runtime asked for its next invocation
+        self.invoking = False  # initialised, and an invocation handed to it is under way
         self.dead = False
 
     @property
@@ -212,12 +213,23 @@ class FunctionInstance:
         invoked = time.monotonic()
         deadline = invoked + self.spec.timeout_seconds
         self._ready = False
+        self.invoking = True
         api.offer(Invocation(
             request_id=request_id, payload=payload,
             deadline_ms=int((time.time() + self.spec.timeout_seconds) * 1000),
             function_arn=f"arn:aws:lambda:{self.region}:{self.account}:function:"
                          f"{self.environment['AWS_LAMBDA_FUNCTION_NAME']}",
             trace_id=f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Sampled=0"))
+        try:
+            return self._await(api, process, request_id, cold, init_seconds, invoked, deadline,
+                               peak)
+        finally:
+            self.invoking = False
+
+    def _await(self, api: RuntimeApi, process: subprocess.Popen[bytes], request_id: str,
+               cold: bool, init_seconds: float, invoked: float, deadline: float,
+               peak: float) -> InvokeResult:
+        """The invocation's response, error, or the end of its process."""
         while True:
             event, peak, ended = self._watch(api, process, peak, deadline)
             figures: dict[str, Any] = {
@@ -348,6 +360,7 @@ class FunctionPool:
     _idle: list[FunctionInstance] = field(default_factory=list)
     _busy: set[FunctionInstance] = field(default_factory=set)
     _closed: bool = False
+    pids_seen: set[int] = field(default_factory=set)  # every process an invocation ran in
     _room: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
@@ -361,6 +374,8 @@ class FunctionPool:
         try:
             return instance.invoke(body)
         finally:
+            if instance.pid is not None:
+                self.pids_seen.add(instance.pid)
             self._release(instance)
 
     def _acquire(self) -> FunctionInstance:
@@ -399,6 +414,13 @@ class FunctionPool:
     def instances(self) -> int:
         with self._room:
             return len(self._idle) + len(self._busy)
+
+    def busy_pids(self) -> list[int]:
+        """The processes of the instances running an invocation now, past their init (what
+        a drill kills)."""
+        with self._room:
+            return [pid for instance in self._busy
+                    if instance.invoking and (pid := instance.pid) is not None]
 
     def close(self) -> None:
         """Stop every instance; one still running an invocation is killed (its caller gets

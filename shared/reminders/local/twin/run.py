@@ -46,7 +46,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
-from reminders.clock import SharedClock, iso
+from reminders.clock import Clock, SharedClock, iso
 from reminders.config import QueueUrls
 from reminders.errors import RemindersError
 from reminders.local import roles, stack
@@ -58,6 +58,7 @@ from reminders.local.twin.functions import FunctionSpec, function_specs
 from reminders.local.twin.instances import FunctionFailed, FunctionPool, lambda_environment
 from reminders.local.twin.poller import Poller
 from reminders.local.twin.references import REF, LocalValues, queue_values, values_by_name
+from reminders.local.twin.watch import SimulatedAges
 from reminders.queue import Queue
 
 # The functions the twin runs: the rule's, the mappings' and the custom resource's.
@@ -138,7 +139,9 @@ class Twin:
     endpoint_url: str
     database_url: str
     prefix: str
-    clock: SharedClock
+    # The one clock: a SharedClock's file is read by every function's process; any other clock
+    # (the wall clock of `reminders tick` on a running stack) is each process's own.
+    clock: Clock
     log_dir: Path
     secrets_key_arn: str = ""
     visibility_timeout_override: int | None = 2
@@ -150,6 +153,15 @@ class Twin:
         default_factory=lambda: {"REMINDERS_WEBHOOK_ALLOW": "127.0.0.1/32"})
     assets: FunctionAssets | None = None
     concurrency: int = LOCAL_CONCURRENCY
+    # More instances of one function than ``concurrency`` (the racing-scanners drill invokes
+    # four scanners at once, as overlapping rule firings would).
+    instances: Mapping[str, int] = field(default_factory=dict)
+    # The clock is simulated (it runs minutes while the wall clock runs seconds): a queue's
+    # age is then measured on it (reminders.local.twin.watch.SimulatedAges), not on moto's.
+    simulated: bool = True
+    # Sample the queues at each rule firing (:meth:`tick`); off where the caller samples them
+    # itself (reminders.local.twin.watch, once a command).
+    samples_queues: bool = True
     state_file: Path | None = None  # where the custom resource's last properties are kept
     metrics: twin_metrics.MetricStore = field(default_factory=twin_metrics.MetricStore)
     plan: resources.TwinPlan | None = None
@@ -162,7 +174,15 @@ class Twin:
     _log_offsets: dict[Path, int] = field(default_factory=dict)
     _log_lock: threading.Lock = field(default_factory=threading.Lock)
     _catcher: ResponseCatcher | None = None
+    _ages: SimulatedAges | None = None  # on a simulated clock
     init_problems: list[str] = field(default_factory=list)  # "<logical id> <property>: ..."
+    # The application login the migrations create and the functions read (user, password);
+    # a fresh one each start when None.
+    app_login: tuple[str, str] | None = None
+    # The application secret's name, kept from one start to the next when it holds
+    # ``app_login`` (so the custom resource's properties, which name it, stay the same and
+    # CloudFormation would send no event); a fresh secret each start when None.
+    app_secret_name: str | None = None
 
     # ------------------------------------------------------------------ start and stop
 
@@ -189,9 +209,10 @@ class Twin:
         master_arn = database_secret(self.endpoint_url, f"{self.prefix}-master-{tag}",
                                      str(login.get("user") or "postgres"),
                                      str(login.get("password") or ""))
-        self.app_login = (f"twin_app_{tag}", secrets.token_urlsafe(24))
-        app_arn = database_secret(self.endpoint_url, f"{self.prefix}-app-{tag}",
-                                  *self.app_login)
+        self.app_login = self.app_login or (f"twin_app_{tag}", secrets.token_urlsafe(24))
+        app_arn = self._kept_secret() or database_secret(
+            self.endpoint_url, self.app_secret_name or f"{self.prefix}-app-{tag}",
+            *self.app_login)
         local = self._local_values(master_arn, app_arn)
         self.specs = function_specs(self.template, local, only=TWIN_FUNCTIONS)
         place = roles.Place(region=stack.REGION, account=ACCOUNT, arns={
@@ -209,7 +230,8 @@ class Twin:
             env = lambda_environment(spec, assets, region=stack.REGION,
                                      credentials=made[name].credentials, extra=settings)
             self.pools[name] = FunctionPool(spec, assets, env, self.log_dir, stack.REGION,
-                                            ACCOUNT, max_instances=self.concurrency)
+                                            ACCOUNT, max_instances=self.instances.get(
+                                                name, self.concurrency))
         by_logical_id = {spec.logical_id: name for name, spec in self.specs.items()}
         for mapping in plan.pollers:
             found = by_logical_id.get(mapping.function)
@@ -235,6 +257,23 @@ class Twin:
                             f"({self.specs['scanner'].logical_id})")
         self.run_migrations()
 
+    def _kept_secret(self) -> str | None:
+        """The ARN of the secret named :attr:`app_secret_name` when it exists and holds
+        :attr:`app_login`; else None (and the name is freed for a new one)."""
+        if self.app_secret_name is None or self.app_login is None:
+            return None
+        client = stack.aws_client("secretsmanager", self.endpoint_url)
+        try:
+            found = client.get_secret_value(SecretId=self.app_secret_name)
+        except client.exceptions.ResourceNotFoundException:
+            return None
+        saved = json.loads(found["SecretString"])
+        if (saved.get("username"), saved.get("password")) == self.app_login:
+            arn: str = found["ARN"]
+            return arn
+        client.delete_secret(SecretId=self.app_secret_name, ForceDeleteWithoutRecovery=True)
+        return None
+
     def _local_values(self, master_arn: str, app_arn: str) -> LocalValues:
         host = str(conninfo_to_dict(self.database_url).get("host") or "127.0.0.1")
         return LocalValues(stack.REGION, ACCOUNT, values_by_name(self.template, {
@@ -249,13 +288,21 @@ class Twin:
         return {"AWS_ENDPOINT_URL": self.endpoint_url, "REMINDERS_DB_PORT": str(login["port"]),
                 "REMINDERS_DB_NAME": str(login["dbname"]), "REMINDERS_DB_SSLMODE": "disable",
                 "REMINDERS_REFILL_PATIENCE_SECONDS": "0",
-                "REMINDERS_CLOCK_FILE": self.clock.path, **self.extra_env}
+                **({"REMINDERS_CLOCK_FILE": self.clock.path}
+                   if isinstance(self.clock, SharedClock) else {}),
+                **self.extra_env}
 
     def alarm_board(self) -> Any:
         """A board of the template's alarms reading this twin's metrics, with the functions'
         and queues' names on this machine (reminders.local.twin.board)."""
-        from reminders.local.twin.alarms import LocalNames
         from reminders.local.twin.board import board_for
+
+        return board_for(self.template, self.metrics, self.alarm_names())
+
+    def alarm_names(self) -> Any:
+        """The FunctionName and QueueName values this twin's metrics carry, by logical id
+        (reminders.local.twin.alarms.LocalNames)."""
+        from reminders.local.twin.alarms import LocalNames
 
         # Functions the twin does not run (the operations and rotation functions) get a
         # name of their own: nothing emits for them, so their alarms stay quiet.
@@ -264,9 +311,8 @@ class Twin:
                      if resource.get("Type") == "AWS::Lambda::Function"}
         functions.update({spec.logical_id: spec.deployed_name()
                           for spec in self.specs.values()})
-        return board_for(self.template, self.metrics, LocalNames(
-            functions=functions,
-            queues={logical_id: queue.name for logical_id, queue in self.queues.items()}))
+        return LocalNames(functions=functions, queues={
+            logical_id: queue.name for logical_id, queue in self.queues.items()})
 
     def require_urls(self) -> QueueUrls:
         if self.urls is None:
@@ -336,7 +382,8 @@ class Twin:
         ``{"error": ...}`` once the event is dropped."""
         assert self.plan is not None
         at = self.clock.now()
-        self.sample_queues(at)
+        if self.samples_queues:
+            self.sample_queues(at)
         rule = self.plan.schedule()
         target = rule.targets[0]
         scanner = self.specs["scanner"]
@@ -360,11 +407,23 @@ class Twin:
         return {"error": error}
 
     def sample_queues(self, at: datetime) -> None:
+        """The queues' figures for the minute of ``at``. On a simulated clock a message's age
+        is measured on it: a message counts as sent at the first sample after moto stamped it
+        (reminders.local.twin.watch.SimulatedAges), so one left for twelve simulated minutes
+        is 720 s old, as SQS would report it."""
         sqs = stack.aws_client("sqs", self.endpoint_url)
         queues = {q.name: q.url for q in self.queues.values()}
-        oldest = twin_metrics.oldest_sent(self.endpoint_url)
+        stamps = twin_metrics.oldest_sent(self.endpoint_url)
+        if not self.simulated:
+            twin_metrics.sample_queues(self.metrics, sqs, queues, at, oldest=stamps,
+                                       now_ms=int(time.time() * 1000))
+            return
+        ages = self._ages = self._ages or SimulatedAges()
+        ages.mark(at)
+        oldest = {name: None if stamps.get(name) is None else ages.sent_at(int(stamps[name] or 0))
+                  for name in queues}
         twin_metrics.sample_queues(self.metrics, sqs, queues, at, oldest=oldest,
-                                   now_ms=int(time.time() * 1000))
+                                   now_ms=int(at.timestamp() * 1000))
 
     def work(self, *, max_seconds: float = 60.0, max_rounds: int = 10_000) -> dict[str, Any]:
         """The consumer's and the redrive function's mappings polled until both queues are
@@ -374,14 +433,18 @@ class Twin:
         deadline = time.monotonic() + max_seconds
         idle = False
         for _ in range(WORK_PASSES):
+            # A mapping whose queue holds nothing (visible, in flight or delayed) has nothing
+            # to receive: it is not polled (which would wait out its batching window).
+            depths = consumer.queue.depth(), redrive.queue.depth()
+            if depths == (0, 0):
+                idle = True
+                break
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            consumer.run(max_rounds=max_rounds, max_seconds=left)
+            if depths[0]:
+                consumer.run(max_rounds=max_rounds, max_seconds=left)
             redrive.run(max_rounds=max_rounds, max_seconds=max(0.0, deadline - time.monotonic()))
-            if consumer.queue.depth() == 0 and redrive.queue.depth() == 0:
-                idle = True
-                break
         if self.init_problems:  # a function that cannot start fails every batch: say why
             raise TwinError(self.init_problems[0])
         return {"idle": idle, "consumer": consumer.counts.as_json(),
