@@ -285,7 +285,8 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             rows, more = operator.attention(conn, limit=limit, after=after, **filters)
             following = (f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None)
             return {"title": "Attention", "rows": rows, "more": more, "filters": filters,
-                    "limit": limit, "next_cursor": following, "paged": after is not None}
+                    "limit": limit, "next_cursor": following, "paged": after is not None,
+                    "now": ctx.now()}
 
         return await read(request, work, "attention.html")
 
