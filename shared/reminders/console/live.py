@@ -83,10 +83,12 @@ def throughput_svg(entries: list[dict[str, Any]], channel: str) -> Markup:
                          f'height="{height:.1f}" fill="{COLOURS[s]}" data-minute="{minute}" '
                          f'data-series="{s}" data-n="{n}"><title>{minute[11:16]} UTC: {n} {s}'
                          '</title></rect>')
-    for i in sorted({0, len(entries) // 2, len(entries) - 1}):
-        if 0 <= i < len(entries):
-            x = LEFT + i * step + bar / 2
-            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="middle" '
+    last = len(entries) - 1
+    for i in sorted({0, len(entries) // 2, last}):
+        if 0 <= i <= last:  # the first label from its bar on, the last one up to its bar
+            anchor = "start" if i == 0 else "end" if i == last else "middle"
+            x = LEFT + i * step + (0 if i == 0 else bar if i == last else bar / 2)
+            parts.append(f'<text x="{x:.1f}" y="{HEIGHT - 4}" text-anchor="{anchor}" '
                          f'font-size="10" fill="#555">{escape(entries[i]["minute"][11:16])}'
                          '</text>')
     parts.append("</svg>")
