@@ -12,7 +12,6 @@ import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import urlencode
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 CHROMIUM = "/usr/bin/chromium"
@@ -67,31 +66,23 @@ def main() -> int:
 
 
 def shoot(base: str) -> None:
+    """Every page of ``tests/console_pages.py``, in its order, full height."""
     from playwright.sync_api import sync_playwright
+
+    from tests.console_pages import PAGES
 
     DOCS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(base + "/")
-        page.screenshot(path=str(DOCS / "console-overview.png"), full_page=True)
-        page.goto(base + "/deliveries?tenant=globex&state=dead")
-        for box in page.locator("input.select").all()[:2]:
-            box.check()
-        page.screenshot(path=str(DOCS / "console-deliveries.png"), full_page=True)
-        page.goto(base + "/attention")
-        page.screenshot(path=str(DOCS / "console-attention.png"), full_page=True)
-        page.goto(base + "/attention?tenant=globex&state=dead")
-        with page.expect_navigation():
-            page.locator("tr.parked-row a").first.click()
-        page.screenshot(path=str(DOCS / "console-delivery.png"), full_page=True)
-        page.goto(base + "/actions/bulk?" + urlencode(
-            {"tenant": "globex", "state": "dead", "as": "retry", "limit": 100}))
-        page.fill("input[name=reason]", "globex fixed their endpoint (ticket 4711)")
-        page.screenshot(path=str(DOCS / "console-bulk-confirm.png"), full_page=True)
+        for shot in PAGES:
+            page.goto(base + shot.path)
+            if shot.then is not None:
+                shot.then(page)
+            page.screenshot(path=str(DOCS / f"console-{shot.name}.png"), full_page=True)
         browser.close()
-    for name in ("overview", "deliveries", "attention", "delivery", "bulk-confirm"):
-        path = DOCS / f"console-{name}.png"
+    for shot in PAGES:
+        path = DOCS / f"console-{shot.name}.png"
         print(f"{path.relative_to(DOCS.parent)}: {path.stat().st_size} bytes")
 
 

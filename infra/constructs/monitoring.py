@@ -601,7 +601,9 @@ def _dashboard(
             title="Oldest overdue delivery (s)",
             left=[by_name["OldestOverdueDelivery"].metric.with_(label="tenants not paused")],
             # Paused tenants' lateness: expected while they are paused, so graphed only.
-            right=[_scanner_metric("PausedOldestOverdueSeconds").with_(label="paused tenants")],
+            right=[_scanner_metric("PausedOldestOverdueSeconds").with_(label="paused tenants"),
+                   _scanner_metric("PausedSchedulesOldestOverdueSeconds").with_(
+                       label="paused schedules")],
             width=8,
         ),
         cw.GraphWidget(

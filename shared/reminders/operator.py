@@ -24,6 +24,10 @@ STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "st
           "dead")
 
 
+# The held deliveries `status` counts stop here (a count of at least this many says so).
+HELD_COUNT_CAP = 10_000
+
+
 def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> dict[str, Any]:
     params = {"now": now, "tenant": tenant}
     by_state = dict.fromkeys(STATES, 0)
@@ -46,6 +50,7 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
 
     paused = [r["tenant"] for r in db.fetch_all(conn, "tenants_paused")
               if tenant is None or r["tenant"] == tenant]
+    held = db.fetch_one(conn, "status_paused_schedules", {**params, "cap": HELD_COUNT_CAP}) or {}
     # A paused tenant's groups count its pending deliveries (due or not) from the kept counts:
     # its backlog is never read row by row ("paused": true).
     overdue_by = [{"tenant": r["tenant"], "kind": r["kind"], "channel": r["channel"],
@@ -55,6 +60,15 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                   for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
             "paused_tenants": paused, "overdue_by": overdue_by,
+            # A paused schedule's pending deliveries wait, apart from every overdue figure
+            # above (as a paused tenant's do on the scanner's metrics): counted here instead.
+            "paused_schedules": {
+                "schedules": int(held.get("schedules") or 0),
+                "held": int(held.get("held") or 0),
+                "held_due": int(held.get("held_due") or 0),
+                "oldest_held_due_seconds": round(float(held.get("oldest_held_due_seconds")
+                                                       or 0.0), 3),
+                "counted_up_to": HELD_COUNT_CAP},
             "by_tenant_kind_channel": breakdown,
             "oldest_overdue_delivery": None if first is None else {
                 "tenant": first["tenant"], "delivery_key": first["delivery_key"],
@@ -82,6 +96,14 @@ def status_text(data: dict[str, Any]) -> str:
             f"leases pending (on the queue, not taken yet): {data.get('pending_leases', 0)}")
     if data.get("paused_tenants"):
         text += f"\npaused tenants: {', '.join(data['paused_tenants'])}"
+    held = data.get("paused_schedules") or {}
+    if held.get("schedules") or held.get("held"):
+        cap = held.get("counted_up_to")
+        more = "+" if cap is not None and held["held"] >= cap else ""
+        text += (f"\npaused schedules: {held['schedules']}, holding {held['held']}{more} "
+                 f"pending deliveries ({held['held_due']} already due"
+                 + (f", the oldest {duration(held['oldest_held_due_seconds'])} late"
+                    if held["held_due"] else "") + "; apart from the overdue figures)")
     if data.get("overdue_by"):
         from reminders.cli_format import table
 

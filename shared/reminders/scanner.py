@@ -71,6 +71,10 @@ class TickSummary:
     overdue: int = 0  # counted up to OVERDUE_COUNT_CAP
     passes: int = 0   # lease-and-publish passes this tick
     paused_overdue_seconds: float | None = 0.0  # the oldest due delivery of a paused tenant
+    # Paused schedules' due deliveries (held, migration 0023), apart from the overdue figures:
+    # how many (counted up to OVERDUE_COUNT_CAP) and the oldest one's lateness.
+    held_overdue: int = 0
+    held_overdue_seconds: float | None = 0.0
     purged: int = 0   # terminal deliveries past their kind's retention removed this tick
     unreadable: int = 0  # due deliveries failed alone: their instant is outside years 1-9999
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
@@ -126,6 +130,10 @@ def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummar
         rt.metrics.put("OldestOverdueSeconds", summary.oldest_overdue_seconds, "Seconds")
     if summary.paused_overdue_seconds is not None:
         rt.metrics.put("PausedOldestOverdueSeconds", summary.paused_overdue_seconds, "Seconds")
+    if summary.held_overdue_seconds is not None:
+        rt.metrics.put("PausedSchedulesOldestOverdueSeconds", summary.held_overdue_seconds,
+                       "Seconds")
+        rt.metrics.put("PausedSchedulesOverdue", summary.held_overdue)
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
     rt.metrics.put("RetentionPurged", summary.purged)
@@ -184,10 +192,13 @@ def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickS
         "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}), at_least=LATENESS_AT_LEAST_SECONDS)
     if overdue is None:
         summary.oldest_overdue_seconds = summary.paused_overdue_seconds = None
+        summary.held_overdue_seconds = None
         return
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
+    summary.held_overdue_seconds = round(float(overdue.get("held_seconds") or 0.0), 3)
+    summary.held_overdue = int(overdue.get("held") or 0)
 
 
 def park_unreadable(conn: db.Connection, now: datetime, summary: TickSummary,

@@ -4,11 +4,19 @@ the plan of the lateness histogram (an index range over the window, never the wh
 
 The table: 10,000 one-off schedules of 100 recipients over 50 tenants and 3 kinds, due from 31
 days ago to 30 hours ahead (retention's 30 days and a little); what is due is sent 0-89 s late,
-except 4 % parked (dead, unknown, failed, stale) and 1 % overdue and still pending."""
+except 4 % parked (dead, unknown, failed, stale) and 1 % overdue and still pending; every
+delivery settled in the last day has its attempt in the ledger.
+
+Each list page's query is O(page), not O(table): the same queries' plans (EXPLAIN (ANALYZE,
+BUFFERS)) on a 10,000-row build of the same shape, and the ratio of the buffers each read at
+1,000,000 rows to those at 10,000 (about 1 when a page's cost is the page's; about 100 when it
+grows with the table, or with a window's rows, which grow with it here)."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import threading
 import time
 import urllib.request
@@ -19,11 +27,14 @@ from reminders import db, operator
 from reminders.clock import iso
 from tests.bench.support import NOW, URL, Cluster, fresh_db, timed, untimed
 
-ROWS = 1_000_000
+# BENCH_CONSOLE_ROWS: a smaller build, to try the benchmark out (the figures are at 1,000,000).
+ROWS = int(os.environ.get("BENCH_CONSOLE_ROWS", "1000000"))
+SMALL = 10_000
+DEEP = ROWS * 9 // 10  # the Deliveries page's cursor near the table's end
 BROWSE_NONE: dict[str, Any] = {
     "state": None, "tenant": None, "kind": None, "channel": None, "recipient": None,
     "due_from": None, "due_to": None, "schedule": None, "after_due": None, "after_id": None}
-SCHEDULES = 10_000
+PER_SCHEDULE = 100
 
 FILL = """
 insert into tenants (id) select 't' || g from generate_series(1, 50) g
@@ -57,20 +68,30 @@ cross join lateral (select case
     when r %% 100 = 2 then 'failed' when r %% 100 = 3 then 'stale'
     when r %% 100 = 4 then 'scheduled'
     else 'sent' end as state) st;
+insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at, finished_at,
+                      outcome, status_code)
+select d.tenant, d.id, 1, gen_random_uuid(), d.updated_at - interval '1 second', d.updated_at,
+       case d.state when 'sent' then 'sent' when 'unknown' then 'unknown'
+                    when 'failed' then 'permanent' else 'transient' end,
+       case d.state when 'sent' then 200 when 'failed' then 410 when 'dead' then 500 end
+from deliveries d
+where d.state in ('sent', 'dead', 'unknown', 'failed')
+  and d.updated_at > %(now)s - interval '1 day' and d.updated_at <= %(now)s;
 """
 
 
-def build(server: Cluster) -> str:
-    conn, url = fresh_db(server, "bench_console")
+def build(server: Cluster, rows: int = ROWS, name: str = "bench_console") -> str:
+    conn, url = fresh_db(server, name)
     with conn:
-        params = {"url": URL, "now": NOW, "schedules": SCHEDULES, "per": ROWS // SCHEDULES}
+        params = {"url": URL, "now": NOW, "schedules": rows // PER_SCHEDULE,
+                  "per": PER_SCHEDULE}
         with untimed(conn):
             for statement in FILL.split(";\n"):
                 if statement.strip():
                     conn.execute(statement, params)
         conn.execute("vacuum analyze")
         count = conn.execute("select count(*) as n from deliveries").fetchone()
-        assert count is not None and count["n"] == ROWS, count
+        assert count is not None and count["n"] == rows, count
     return url
 
 
@@ -137,7 +158,58 @@ def plan(conn: db.Connection, name: str, params: dict[str, Any]) -> dict[str, An
     return {"indexes": sorted(indexes), "seq_scans": sorted(seq),
             "buffers": int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks",
                                                                            0)),
+            "rows": int(top.get("Actual Rows", 0)),
             "ms": round(float(root["Execution Time"]), 1)}
+
+
+def page_plans(conn: db.Connection) -> dict[str, dict[str, Any]]:
+    """The plan of each page's query (its first page, its window), as the pages run them."""
+    from reminders import throughput
+
+    window = {"now": NOW, "tenant": None, "bounds": list(operator.LATENESS_BOUNDS)}
+    parked = {"state": None, "tenant": None, "kind": None, "channel": None, "recipient": None,
+              "due_from": None, "due_to": None, "after_due": None, "after_id": None}
+    since, _ = throughput.window(NOW, throughput.DEFAULT_MINUTES)
+    return {
+        "lateness_last_hour": plan(conn, "lateness_histogram",
+                                   {**window, "since": NOW - timedelta(hours=1)}),
+        "lateness_last_day": plan(conn, "lateness_histogram",
+                                  {**window, "since": NOW - timedelta(days=1)}),
+        "throughput_last_hour": plan(conn, "throughput_by_minute",
+                                     {"now": NOW, "since": since, "tenant": None}),
+        "attention_first_page": plan(conn, "deliveries_parked_page", {**parked, "limit": 51}),
+        "attention_tenant_dead": plan(conn, "deliveries_parked_page", {
+            **parked, "state": "dead", "tenant": "t7", "limit": 51}),
+        "deliveries_first_page": plan(conn, "deliveries_filtered", {**BROWSE_NONE, "limit": 51}),
+        "deliveries_first_page_201": plan(conn, "deliveries_filtered",
+                                          {**BROWSE_NONE, "limit": 201}),
+        "deliveries_by_updated_first_page": plan(conn, "deliveries_filtered_by_updated", {
+            **BROWSE_NONE, "limit": 51}),
+        "deliveries_tenant_first_page": plan(conn, "deliveries_filtered", {
+            **BROWSE_NONE, "tenant": "t7", "limit": 51}),
+        "status_breakdown": plan(conn, "status_breakdown", {"tenant": None}),
+        "oldest_overdue_delivery": plan(conn, "oldest_overdue_delivery",
+                                        {"now": NOW, "tenant": None}),
+        "status_paused_schedules": plan(conn, "status_paused_schedules", {
+            "now": NOW, "tenant": None, "cap": operator.HELD_COUNT_CAP}),
+        "recent_actions": plan(conn, "operator_actions_recent", {"limit": 15}),
+    }
+
+
+def scaling(server: Cluster, large: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The same plans on a 10,000-row build, and per query the ratio of the buffers it read
+    at ROWS to those at SMALL rows."""
+    url = build(server, SMALL, "bench_console_small")
+    with db.connect(url) as conn:
+        small = page_plans(conn)
+    ratio = {name: round(large[name]["buffers"] / max(small[name]["buffers"], 1), 2)
+             for name in large}
+    for name in large:
+        print(f"console {name}: {small[name]['buffers']} buffers at {SMALL:,} rows, "
+              f"{large[name]['buffers']} at {ROWS:,}: x{ratio[name]} "
+              f"({small[name]['rows']} and {large[name]['rows']} rows out)",
+              file=sys.stderr, flush=True)
+    return {"rows_small": SMALL, "plans_small": small, "buffer_ratio": ratio}
 
 
 def bench_console(server: Cluster) -> dict[str, Any]:
@@ -155,7 +227,7 @@ def bench_console(server: Cluster) -> dict[str, Any]:
         browse_cursors = {}
         for sort, column in (("due", "due_at"), ("updated", "updated_at")):
             order = "asc" if sort == "due" else "desc"
-            for n in (2_000, 900_000):
+            for n in (2_000, DEEP):
                 row = conn.execute(
                     f"select {column} as at, id from deliveries order by {column} {order}, "
                     f"id {order} offset %s limit 1", (n,)).fetchone()
@@ -167,26 +239,7 @@ def bench_console(server: Cluster) -> dict[str, Any]:
             "select count(*) as n from deliveries"
             " where state in ('unknown', 'dead', 'failed', 'stale')").fetchone()
         figures["sent_last_day"] = operator.lateness(conn, now=NOW, window_seconds=86400)["sent"]
-        window = {"now": NOW, "tenant": None, "bounds": list(operator.LATENESS_BOUNDS)}
-        figures["plans"] = {
-            "lateness_last_hour": plan(conn, "lateness_histogram",
-                                       {**window, "since": NOW - timedelta(hours=1)}),
-            "lateness_last_day": plan(conn, "lateness_histogram",
-                                      {**window, "since": NOW - timedelta(days=1)}),
-            "attention_first_page": plan(conn, "deliveries_parked_page", {
-                "state": None, "tenant": None, "kind": None, "channel": None,
-                "recipient": None, "due_from": None, "due_to": None, "after_due": None,
-                "after_id": None, "limit": 51}),
-            "deliveries_first_page": plan(conn, "deliveries_filtered", {
-                **BROWSE_NONE, "limit": 51}),
-            "deliveries_by_updated_first_page": plan(conn, "deliveries_filtered_by_updated", {
-                **BROWSE_NONE, "limit": 51}),
-            "deliveries_tenant_first_page": plan(conn, "deliveries_filtered", {
-                **BROWSE_NONE, "tenant": "t7", "limit": 51}),
-            "status_breakdown": plan(conn, "status_breakdown", {"tenant": None}),
-            "oldest_overdue_delivery": plan(conn, "oldest_overdue_delivery",
-                                            {"now": NOW, "tenant": None}),
-        }
+        figures["plans"] = page_plans(conn)
         queries = {
             "status": lambda: operator.status(conn, now=NOW),
             "lateness_last_hour": lambda: operator.lateness(conn, now=NOW,
@@ -196,6 +249,7 @@ def bench_console(server: Cluster) -> dict[str, Any]:
         }
         figures["query_ms"] = {name: 1000 * statistics.median(timed(work) for _ in range(3))
                                for name, work in queries.items()}
+    figures["scaling"] = scaling(server, figures["plans"])
     from urllib.parse import urlencode
 
     app = Server(url)
@@ -203,6 +257,7 @@ def bench_console(server: Cluster) -> dict[str, Any]:
         pages = {
             "overview": "/",
             "overview_one_tenant": "/?tenant=t7",
+            "overview_live_region": "/live",
             "attention_first_page": "/attention",
             "attention_tenant_dead": "/attention?tenant=t7&state=dead",
             "attention_after_2000": "/attention?" + urlencode({"after": cursor}),
@@ -217,10 +272,10 @@ def bench_console(server: Cluster) -> dict[str, Any]:
             "deliveries_after_2000": "/deliveries?" + urlencode(
                 {"after": browse_cursors[("due", 2_000)]}),
             "deliveries_after_900000": "/deliveries?" + urlencode(
-                {"after": browse_cursors[("due", 900_000)]}),
+                {"after": browse_cursors[("due", DEEP)]}),
             "deliveries_by_updated_first_page": "/deliveries?sort=updated",
             "deliveries_by_updated_after_900000": "/deliveries?" + urlencode(
-                {"sort": "updated", "after": browse_cursors[("updated", 900_000)]}),
+                {"sort": "updated", "after": browse_cursors[("updated", DEEP)]}),
             "deliveries_state_sent": "/deliveries?state=sent",
             "deliveries_tenant": "/deliveries?tenant=t7",
             "deliveries_tenant_by_updated": "/deliveries?tenant=t7&sort=updated",

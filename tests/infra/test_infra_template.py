@@ -650,7 +650,8 @@ def test_paused_tenants_are_graphed_not_alarmed(default: Synthesized) -> None:
     ]
     (graph,) = graphs
     names = [m[1] for m in graph["metrics"]]
-    assert names == ["OldestOverdueSeconds", "PausedOldestOverdueSeconds"]
+    assert names == ["OldestOverdueSeconds", "PausedOldestOverdueSeconds",
+                     "PausedSchedulesOldestOverdueSeconds"]
 
 
 def _composite(synth: Synthesized, name: str) -> tuple[str, dict[str, Any]]:

@@ -51,6 +51,7 @@ GROUPS = (
     "reminders.cli.scheduling",
     "reminders.cli_schedules",
     "reminders.cli.recovery",
+    "reminders.cli.throughput",
     "reminders.cli.meta",
     "reminders.cli.console",
     "reminders.cli.drills",

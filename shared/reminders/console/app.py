@@ -1,4 +1,5 @@
-"""The console's pages and actions (Starlette, Jinja2 templates, no script in the page).
+"""The console's pages and actions (Starlette, Jinja2 templates; one script of its own,
+static/live.js, refreshes the overview's live region in place: nothing inline, no build step).
 
 Every read and every action goes through :mod:`reminders.operator`, as the command line's do.
 Actions are two steps: a GET shows what would change (a bulk action's count and keys, from a
@@ -31,8 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from reminders import db, operator
 from reminders.cli_format import duration
-from reminders.console import story, timefmt
-from reminders.console.charts import lateness_svg
+from reminders.console import live, story, timefmt
 from reminders.console.context import (
     ACCESS_COOKIE,
     ACCESS_PARAMETER,
@@ -50,7 +50,7 @@ BULK_LIMIT_MAX = 1000
 FILTERS = ("state", "tenant", "kind", "channel", "recipient", "due_from", "due_to")
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                                "img-src 'self' data:; script-src 'none'; "
+                                "img-src 'self' data:; script-src 'self'; "
                                 "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
@@ -183,6 +183,7 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
     env.filters["query"] = _query
     env.filters["when"] = timefmt.when
     env.filters["instant"] = lambda v: timefmt.absolute(v) if v else ""
+    env.filters["detail"] = timefmt.detail
     env.globals["bulk_limit"] = BULK_LIMIT_MAX
 
     def page(request: Request, name: str, context: dict[str, Any],
@@ -265,22 +266,14 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
     async def overview(request: Request) -> Response:
         tenant = _text(request.query_params, "tenant")
+        return await read(request, lambda conn: live.figures(ctx, conn, tenant=tenant),
+                          "overview.html")
 
-        def work(conn: Any) -> dict[str, Any]:
-            now = ctx.now()
-            status = operator.status(conn, now=now, tenant=tenant)
-            status.update(ctx.queues())
-            if ctx.alarms is not None:
-                status["alarms"] = ctx.alarms()
-            hour = operator.lateness(conn, now=now, window_seconds=3600, tenant=tenant)
-            day = operator.lateness(conn, now=now, window_seconds=86400, tenant=tenant)
-            return {"title": "Overview", "status": status, "tenant": tenant,
-                    "lateness": [("last hour", hour, lateness_svg(hour, "last hour")),
-                                 ("last day", day, lateness_svg(day, "last day"))],
-                    "actions": operator.recent_actions(conn, limit=15),
-                    "split": _split(status["by_tenant_kind_channel"]), "refresh": True}
-
-        return await read(request, work, "overview.html")
+    async def live_region(request: Request) -> Response:
+        """The overview's live region alone, for static/live.js to put in place."""
+        tenant = _text(request.query_params, "tenant")
+        return await read(request, lambda conn: live.figures(ctx, conn, tenant=tenant),
+                          "live.html")
 
     async def attention(request: Request) -> Response:
         params = request.query_params
@@ -292,7 +285,8 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             rows, more = operator.attention(conn, limit=limit, after=after, **filters)
             following = (f"{rows[-1]['due_at']}/{rows[-1]['id']}" if rows and more else None)
             return {"title": "Attention", "rows": rows, "more": more, "filters": filters,
-                    "limit": limit, "next_cursor": following, "paged": after is not None}
+                    "limit": limit, "next_cursor": following, "paged": after is not None,
+                    "now": ctx.now()}
 
         return await read(request, work, "attention.html")
 
@@ -504,6 +498,7 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
     routes = [
         Route("/", overview),
+        Route("/live", live_region),
         Route("/attention", attention),
         Route("/delivery", delivery),
         Route("/deliveries", browse),
@@ -526,15 +521,3 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
 
 class Forbidden(Exception):
     """A POST that did not come from this console's own page."""
-
-
-def _split(rows: list[dict[str, Any]], cap: int = 200) -> dict[str, Any]:
-    """status's tenant x kind x channel x state counts as rows of (tenant, kind, channel) with a
-    count per state, the first ``cap`` rows (the JSON of `status` has them all)."""
-    table: dict[tuple[str, str, str], dict[str, int]] = {}
-    for r in rows:
-        table.setdefault((r["tenant"], r["kind"], r["channel"]), {})[r["state"]] = r["n"]
-    items = sorted(table.items())
-    return {"rows": [(*k, v) for k, v in items[:cap]], "more": max(0, len(items) - cap)}
-
-

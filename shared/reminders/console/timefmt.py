@@ -64,3 +64,23 @@ def when(value: str | datetime | None, now: datetime) -> Markup:
         return Markup('<span class="muted">never</span>')
     return Markup('<time datetime="{0}">{0}</time> <span class="ago">({1})</span>').format(
         escape(moment), escape(relative(value, now)))
+
+
+def detail(value: object) -> str:
+    """A recorded detail (JSON) in words: ``key: value`` pairs, never ``None`` or ``{}``."""
+    if value is None or value == {} or value == [] or value == "":
+        return "no detail"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {detail(v) if isinstance(v, dict | list) else _word(v)}"
+                         for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(detail(v) if isinstance(v, dict | list) else _word(v) for v in value)
+    return _word(value)
+
+
+def _word(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)

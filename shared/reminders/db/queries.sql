@@ -909,13 +909,16 @@ select (select count(*) from deliveries
           and (%(tenant)s::text is null or tenant = %(tenant)s)) as pending;
 
 -- name: status_oldest_overdue
--- The oldest pending delivery already due (paused tenants included), in probes: of the due
+-- The oldest pending delivery already due (paused tenants included; a paused schedule's held
+-- ones apart: `status_paused_schedules`), in probes: of the due
 -- index (every tenant) or of the tenant's due entries, and of the live leases (at most the
 -- in-flight budget). Never a walk of a backlog.
 select extract(epoch from %(now)s - least(
-           (select min(due_at) from deliveries
-            where state in ('scheduled', 'retrying') and due_at <= %(now)s
-              and due_at >= '0001-01-01 00:00:00+00'::timestamptz and %(tenant)s::text is null),
+           (select d.due_at from deliveries d
+            where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
+              and d.due_at >= '0001-01-01 00:00:00+00'::timestamptz and %(tenant)s::text is null
+              and not exists (select 1 from due_queue q where q.id = d.id and q.held)
+            order by d.due_at, d.id limit 1),
            (select q.due_at from due_queue q
             where q.tenant = %(tenant)s and q.token is null and not q.held and q.due_at <= %(now)s
               and q.due_at >= '0001-01-01 00:00:00+00'::timestamptz
@@ -1045,6 +1048,29 @@ from tenants t cross join tenant_defaults d order by t.id limit %(limit)s;
 
 -- name: tenants_paused
 select id as tenant from tenants where paused order by id;
+
+-- name: status_paused_schedules
+-- Paused schedules (migration 0023) and the pending deliveries they hold, counted apart from
+-- every overdue figure (a hold is deliberate: nothing pages): the schedules off their own
+-- index; the held entries (every pending delivery of a paused schedule has one, due or not)
+-- off the held index, each count stopping at `cap`; the oldest held entry already due, one
+-- probe.
+select (select count(*) from schedules s
+        where s.paused and (%(tenant)s::text is null or s.tenant = %(tenant)s)) as schedules,
+       (select count(*) from (
+            select 1 from due_queue q
+            where q.held and (%(tenant)s::text is null or q.tenant = %(tenant)s)
+            order by q.due_at, q.id limit %(cap)s) h) as held,
+       (select count(*) from (
+            select 1 from due_queue q
+            where q.held and q.due_at <= %(now)s
+              and (%(tenant)s::text is null or q.tenant = %(tenant)s)
+            order by q.due_at, q.id limit %(cap)s) h) as held_due,
+       extract(epoch from %(now)s - (
+            select q.due_at from due_queue q
+            where q.held and q.due_at <= %(now)s
+              and (%(tenant)s::text is null or q.tenant = %(tenant)s)
+            order by q.due_at, q.id limit 1))::float8 as oldest_held_due_seconds;
 
 -- name: endpoints_list
 -- Never the secret.
@@ -1181,12 +1207,14 @@ select count(*) as n from endpoints where secret is not null;
 -- ---------------------------------------------------------------- operator reads (console)
 
 -- name: oldest_overdue_delivery
--- The oldest pending delivery already due (paused tenants included): one probe of the due
--- index and one of the leased-due index.
+-- The oldest pending delivery already due (paused tenants included; a paused schedule's held
+-- ones apart, as they are in every overdue figure): one probe of the due index (past held
+-- entries) and one of the leased-due index.
 select tenant, delivery_key, due_at, state from (
     (select d.tenant, d.delivery_key, d.due_at, d.state, d.id from deliveries d
      where d.state in ('scheduled', 'retrying') and d.due_at <= %(now)s
        and (%(tenant)s::text is null or d.tenant = %(tenant)s)
+       and not exists (select 1 from due_queue q where q.id = d.id and q.held)
      order by d.due_at, d.id limit 1)
     union all
     (select d.tenant, d.delivery_key, d.due_at, d.state, d.id from deliveries d
@@ -1213,6 +1241,18 @@ from sent group by 1
 union all
 select null, count(*), percentile_cont(array[0.5, 0.95, 0.99]) within group (order by late)
 from sent;
+
+-- name: throughput_by_minute
+-- CROSS-TENANT unless a tenant is given. Attempts finished in [since, now], by the minute they
+-- finished in, their delivery's channel and their outcome: an index range of
+-- `attempts_finished` over the window (migration 0026) and one probe of each one's delivery,
+-- never the whole ledger.
+select date_trunc('minute', a.finished_at) as minute, d.channel, a.outcome, count(*) as n
+from attempts a join deliveries d on d.id = a.delivery_id
+where a.finished_at is not null and a.finished_at >= %(since)s and a.finished_at <= %(now)s
+  and (%(tenant)s::text is null or a.tenant = %(tenant)s)
+group by 1, 2, 3
+order by 1, 2, 3;
 
 -- name: deliveries_parked_page
 -- CROSS-TENANT unless a tenant is given: the operator's worklist, parked deliveries (unknown,
