@@ -22,11 +22,20 @@ from tests.integration.test_console import (  # noqa: F401 - the module's fixtur
 
 
 def cli_json(console: Console, *argv: str) -> Any:
-    return console.cli(*argv, "--json", now=console.now).json()
+    return console.cli(*argv, "--json", now=console.now, **key_env(console)).json()
+
+
+def key_env(console: Console) -> dict[str, str]:
+    """The KMS key the traffic's endpoints were sealed with, for `endpoints add` and
+    `rotate-secret` (the console fixture's command line has none of its own)."""
+    with console.conn() as conn:
+        row = conn.execute("select secret_key_id from endpoints where secret_key_id is not null"
+                           " limit 1").fetchone()
+    return {"REMINDERS_SECRETS_KEY_ID": row["secret_key_id"]} if row else {}
 
 
 def cli_error(console: Console, *argv: str) -> str:
-    got = console.cli(*argv, now=console.now)
+    got = console.cli(*argv, now=console.now, **key_env(console))
     assert got.code == 2 and got.out == "", got
     return got.err.removeprefix("reminders: error: ").rstrip("\n")
 
@@ -138,7 +147,7 @@ def endpoints_shown(page: Any) -> list[int]:
 def endpoint_row(console: Console, url: str) -> dict[str, Any] | None:
     with console.conn() as conn:
         row: dict[str, Any] | None = conn.execute(
-            "select tenant, url, created_at, updated_at, overlap_until, secret_key_id,"
+            "select tenant, url, updated_at, overlap_until, secret_key_id,"
             " next_secret_ciphertext is null as one_secret from endpoints where url = %s",
             (url,)).fetchone()
     return row
@@ -188,8 +197,11 @@ def test_the_endpoints_page_lists_removes_and_finishes_as_the_command_line(
     cli_json(console, "endpoints", "remove", cli, "--tenant", "globex", "--reason",
              "globex moved its hooks")
     assert endpoint_row(console, web) is None and endpoint_row(console, cli) is None
-    alike(actions(console, "endpoint", web), actions(console, "endpoint", cli), (web, cli))
-    assert [a["action"] for a in actions(console, "endpoint", web)] == [
+    def since_setup(url: str) -> list[dict[str, Any]]:  # added and rotated by the command line
+        return actions(console, "endpoint", url)[2:]
+
+    alike(since_setup(web), since_setup(cli), (web, cli))
+    assert [a["action"] for a in since_setup(web)] == [
         "finished the secret rotation of", "removed"]
     page.goto(console.url + "/endpoints")
     assert endpoints_shown(page) == [e["id"] for e in cli_json(console, "endpoints", "list")]
@@ -235,7 +247,8 @@ def test_the_opt_outs_page_lists_and_opts_out_as_the_command_line(console: Conso
     assert f"{web} opted in to email" in fill_and_confirm(page, {}, "wants them again")
     cli_json(console, "opt-in", "--tenant", "acme", "--recipient", cli, "--channel", "email",
              "--reason", "wants them again")
-    assert opt_outs_listed(console, "--tenant", "acme") == []
+    left = opt_outs_listed(console, "--tenant", "acme")
+    assert not [o for o in left if o[1] in (web, cli)]
 
     def on_acme(who: str) -> list[dict[str, Any]]:
         return [a for a in actions(console, "tenant", "acme") if who in a["action"]]
@@ -245,9 +258,9 @@ def test_the_opt_outs_page_lists_and_opts_out_as_the_command_line(console: Conso
         (f"opted out {web} on email", "asked us by phone"),
         (f"opted in {web} on email", "wants them again")]
     page.goto(console.url + "/actions/opt?" + urllib.parse.urlencode(
-        {"tenant": "acme", "recipient": "bad\u0007name", "channel": "email", "out": "1"}))
+        {"tenant": "acme", "recipient": "bad\nname", "channel": "email", "out": "1"}))
     assert page.inner_text("#error") == cli_error(
-        console, "opt-out", "--tenant", "acme", "--recipient", "bad\u0007name", "--channel",
+        console, "opt-out", "--tenant", "acme", "--recipient", "bad\nname", "--channel",
         "email").replace("--recipient", "recipient")
 
 
