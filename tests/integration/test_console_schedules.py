@@ -134,6 +134,7 @@ def normalizer(console: Console, key: str) -> Any:
     with console.conn() as conn:
         row = conn.execute("select id from schedules where tenant = 'acme' and"
                            " schedule_key = %s", (key,)).fetchone()
+    assert row is not None, key
     ident = f"schedule:{row['id']}/"
 
     def norm(value: Any) -> Any:
