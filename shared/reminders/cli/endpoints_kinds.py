@@ -26,7 +26,7 @@ from reminders.cli.common import (
     environment,
     parse_duration,
 )
-from reminders.errors import InvalidInput, NotFound
+from reminders.errors import InvalidInput
 from reminders.outcome import EXIT_NOT_DONE
 
 _BLOCKED_NAMES = ("localhost", "metadata.google.internal", "instance-data",
@@ -138,16 +138,12 @@ def cmd_endpoints_add(args: argparse.Namespace) -> int:
 def cmd_endpoints_remove(args: argparse.Namespace) -> int:
     """One endpoint, by URL and tenant (none: the shared one). Deliveries already scheduled
     to a removed URL fail when they come due (no endpoint)."""
-    from reminders import db
+    from reminders import settings_commands
 
-    params: dict[str, Any] = {"url": args.url, "tenant": args.tenant}
-    with _conn() as conn, db.transaction(conn):
-        row = db.fetch_one(conn, "endpoint_remove", params)
-        if row is not None:
-            _record(conn, args, "removed", "endpoint", args.url, args.tenant)
-    if row is None:
-        whose = f"tenant {args.tenant}" if args.tenant else "every tenant (no --tenant)"
-        raise NotFound(f"no endpoint {args.url} registered for {whose}")
+    with _conn() as conn:
+        row = settings_commands.remove_endpoint(conn, url=args.url, tenant=args.tenant,
+                                                now=_now(), who=None, via="cli",
+                                                reason=args.reason)
     emit(args, {**row, "action": args.action}, f"endpoint removed: {args.url}")
     return 0
 
@@ -163,10 +159,12 @@ def cmd_endpoints_rotate(args: argparse.Namespace) -> int:
         if any((args.secret, args.secret_file, args.secret_env, args.overlap)):
             raise InvalidInput("--finish takes no secret and no --overlap: it ends the "
                                "rotation in progress")
-        with _conn() as conn, db.transaction(conn):
-            row = endpoints.finish(conn, tenant=args.tenant, url=args.url, now=now)
-            _record(conn, args, "finished the secret rotation of", "endpoint", args.url,
-                    args.tenant)
+        from reminders import settings_commands
+
+        with _conn() as conn:
+            row = settings_commands.finish_rotation(conn, url=args.url, tenant=args.tenant,
+                                                    now=now, who=None, via="cli",
+                                                    reason=args.reason)
         emit(args, {**row, "action": "finish"},
              f"rotation finished: {args.url} signs with the new secret only")
         return 0
@@ -228,17 +226,9 @@ def cmd_endpoints_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kind_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {"name": row["name"],
-            "stale_after_seconds": row["stale_after"].total_seconds()
-            if row["stale_after"] is not None else None,
-            "max_attempts": row["max_attempts"], "redrive_budget": row["redrive_budget"],
-            "backoff_base_seconds": row["backoff_base"].total_seconds(),
-            "backoff_cap_seconds": row["backoff_cap"].total_seconds(),
-            "retention_seconds": row["retention"].total_seconds(), **cli_windows.kind_json(row)}
-
-
-def cmd_kinds_set(args: argparse.Namespace) -> int:
+def kind_set_options(args: Any) -> dict[str, Any]:
+    """set_kind's options from ``kinds set``'s flags (or the console's fields of the same
+    names): what is not given is kept."""
     from reminders import schedules
 
     stale = (schedules.KEEP if args.stale_after is None
@@ -246,22 +236,21 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
     base = parse_duration(args.backoff_base, "--backoff-base") if args.backoff_base else None
     cap = parse_duration(args.backoff_cap, "--backoff-cap") if args.backoff_cap else None
     keep = parse_duration(args.retention, "--retention") if args.retention else None
-    from reminders import db
+    return {"stale_after": stale, "max_attempts": args.max_attempts,
+            "redrive_budget": args.redrive_budget, "backoff_base": base, "backoff_cap": cap,
+            "retention": keep, **cli_windows.kind_options(args)}
 
-    with _conn() as conn, db.transaction(conn):
-        before = db.fetch_one(conn, "kind_get", {"name": args.name})
-        row = schedules.set_kind(conn, name=args.name, now=_now(), stale_after=stale,
-                                 max_attempts=args.max_attempts,
-                                 redrive_budget=args.redrive_budget, backoff_base=base,
-                                 backoff_cap=cap, retention=keep,
-                                 **cli_windows.kind_options(args))
-        changed = before is None or _kind_json(before) != _kind_json(row)
-        if changed:  # a repeat that changes nothing is not an action
-            _record(conn, args, "set", "kind", row["name"], None)
+
+def cmd_kinds_set(args: argparse.Namespace) -> int:
+    from reminders import settings_commands
+
+    options = kind_set_options(args)
+    with _conn() as conn:
+        data = settings_commands.set_kind(conn, name=args.name, now=_now(), who=None,
+                                          via="cli", reason=args.reason, **options)
     from reminders.cli_format import duration
 
-    data = {**_kind_json(row), "changed": changed}
-    emit(args, data, f"kind {row['name']}: stale after "
+    emit(args, data, f"kind {data['name']}: stale after "
                      f"{duration(data['stale_after_seconds'])}, max attempts "
                      f"{data['max_attempts']}, redrive budget {data['redrive_budget']}, backoff "
                      f"{duration(data['backoff_base_seconds'])} to "
@@ -271,11 +260,11 @@ def cmd_kinds_set(args: argparse.Namespace) -> int:
 
 
 def cmd_kinds_list(args: argparse.Namespace) -> int:
-    from reminders import db
+    from reminders import settings_commands
     from reminders.cli_format import duration, table
 
     with _conn() as conn:
-        rows = [_kind_json(r) for r in db.fetch_all(conn, "kinds_list")]
+        rows = settings_commands.kinds(conn)
     emit(args, rows, table(
         ["kind", "stale after", "max attempts", "redrive budget", "backoff", "retention"],
         [(r["name"], duration(r["stale_after_seconds"]), r["max_attempts"],

@@ -249,24 +249,16 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
-    from reminders import db, schedules
+    from reminders import settings_commands
 
-    _plain_text(args.recipient, "--recipient")
     with _conn() as conn:
-        if args.command == "opt-out":
-            before = db.fetch_one(conn, "opt_out_get", {
-                "tenant": args.tenant, "recipient": args.recipient.strip(),
-                "channel": args.channel})
-            schedules.opt_out(conn, tenant=args.tenant, recipient=args.recipient,
-                              channel=args.channel, now=_now())
-            changed = before is None
-        else:
-            changed = schedules.opt_in(conn, tenant=args.tenant, recipient=args.recipient,
-                                       channel=args.channel)
+        data = settings_commands.set_opt_out(
+            conn, tenant=args.tenant, recipient=args.recipient, channel=args.channel,
+            opted_out=args.command == "opt-out", now=_now(), who=None, via="cli",
+            reason=args.reason)
     verb = "opted out of" if args.command == "opt-out" else "opted in to"
-    emit(args, {"tenant": args.tenant, "recipient": args.recipient, "channel": args.channel,
-                "opted_out": args.command == "opt-out", "changed": changed},
-         f"{args.recipient} {verb} {args.channel}" + ("" if changed else " (already)"))
+    emit(args, data, f"{args.recipient} {verb} {args.channel}"
+         + ("" if data["changed"] else " (already)"))
     return 0
 
 
@@ -367,6 +359,7 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--recipient", required=True, help="as scheduled, e.g. bob@example.com")
         p.add_argument("--channel", required=True, choices=["webhook", "email", "sms"],
                        help="the channel to stop or resume")
+        _reason_flag(p)
         _json_flag(p)
         p.set_defaults(func=cmd_opt)
     p = sub.add_parser("opt-outs", help="recipients who opted out")

@@ -513,6 +513,12 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
         Route("/actions/tenant", tenant_run, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
+    # The pages in modules of their own (schedules; kinds, endpoints, opt-outs, limits).
+    from reminders.console import operator_pages, schedule_pages
+    from reminders.console.kit import Kit
+
+    kit = Kit(ctx=ctx, read=read, posted=posted, reason_of=reason_of)
+    routes[-1:-1] = [*schedule_pages.routes(kit), *operator_pages.routes(kit)]
     middleware = [Middleware(TrustedHostMiddleware,
                              allowed_hosts=hosts or allowed_hosts("127.0.0.1")),
                   Middleware(AccessGate, access=access or Access())]
