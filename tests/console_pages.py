@@ -20,6 +20,11 @@ def open_first_parked(page: Any) -> None:
         page.locator("tr.parked-row a").first.click()
 
 
+def open_first_schedule(page: Any) -> None:
+    with page.expect_navigation():
+        page.locator("td.key a").first.click()
+
+
 def give_a_reason(page: Any) -> None:
     page.fill("input[name=reason]", "globex fixed their endpoint (ticket 4711)")
 
@@ -45,4 +50,9 @@ PAGES = (
     Page("tenant-confirm", "/actions/tenant?tenant=initech&pause=0", give_a_reason),
     Page("deliveries-by-change", "/deliveries?sort=updated"),
     Page("tenants", "/tenants"),
+    Page("schedules", "/schedules"),
+    Page("schedule", "/schedules", open_first_schedule),
+    Page("kinds", "/kinds"),
+    Page("endpoints", "/endpoints"),
+    Page("opt-outs", "/opt-outs"),
 )
