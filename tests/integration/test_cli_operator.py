@@ -586,6 +586,8 @@ REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
     "reconcile": (["reconcile", "KEY", "--as", "failed"], True, "unknown"),
     "reconcile bulk": (["reconcile", "--state", "unknown", "--tenant", "acme", "--as", "failed"],
                        True, "unknown"),
+    "deliveries reconcile": (["deliveries", "reconcile", "KEY", "--as", "failed"], True,
+                             "unknown"),
     "cancel": (["cancel", "k1"], False, "scheduled"),
     "tenants pause": (["tenants", "pause", "acme", "--create"], False, None),
     "tenants resume": (["tenants", "resume", "acme", "--create"], False, None),

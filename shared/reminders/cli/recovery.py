@@ -224,16 +224,39 @@ def add_parsers(sub: Any) -> None:
     _json_flag(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("show", help="a delivery (or a schedule's deliveries) with attempts")
+    deliveries = sub.add_parser(
+        "deliveries", help="show, list and reconcile deliveries (`show`, `list` and "
+                           "`reconcile` are short for them)",
+        description="One delivery with its attempts, pages of deliveries by filter, and the "
+                    "settling of parked ones. E.g. `reminders deliveries list --state dead`.")
+    d_sub = deliveries.add_subparsers(dest="deliveries_action", required=True,
+                                      parser_class=_Parser)
+    for name, add in (("show", _add_show), ("list", _add_list), ("reconcile", _add_reconcile)):
+        # Both forms name the command alike (args.command), whichever of them ran it.
+        add(d_sub, name).set_defaults(command=name)
+        add(sub, name).set_defaults(command=name)
+
+
+# `reminders show|list|reconcile` are aliases of `reminders deliveries show|list|reconcile`.
+DELIVERY_ALIASES = ("show", "list", "reconcile")
+
+
+def _add_show(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="a delivery (or a schedule's deliveries) with attempts")
     p.add_argument("key", help="delivery key or schedule key")
     p.add_argument("--tenant", help=_TENANT_HELP)
     _json_flag(p)
     p.set_defaults(func=cmd_show)
+    return p
 
-    p = sub.add_parser("list", help="deliveries by state, tenant, kind, channel, recipient, due",
-                       description="Deliveries matching every filter given, by due time, a "
-                                   "page at a time; e.g. `reminders list --state dead "
-                                   "--tenant acme --due-from 2027-03-01T00:00Z`.")
+
+def _add_list(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="deliveries by state, tenant, kind, channel, recipient, due",
+        description="Deliveries matching every filter given, by due time, a page at a time; "
+                    "e.g. `reminders deliveries list --state dead --tenant acme --due-from "
+                    "2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
     p.add_argument("--attention", action="store_true",
                    help="only parked deliveries (unknown, dead, failed, stale): the worklist "
@@ -252,13 +275,16 @@ def add_parsers(sub: Any) -> None:
                    help="rows per page, 1 to 10000 (default 100)")
     _json_flag(p)
     p.set_defaults(func=cmd_list)
+    return p
 
-    p = sub.add_parser(
-        "reconcile", help="settle parked deliveries after checking the receiver",
+
+def _add_reconcile(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="settle parked deliveries after checking the receiver",
         description="Settle one delivery by KEY, or many: every delivery of --state in a "
                     "--tenant or --kind (and a due range), at most --limit; --dry-run lists "
-                    "them first. E.g. `reminders reconcile --state dead --tenant acme --as "
-                    "retry --reason 'endpoint fixed' --dry-run`.")
+                    "them first. E.g. `reminders deliveries reconcile --state dead --tenant "
+                    "acme --as retry --reason 'endpoint fixed' --dry-run`.")
     p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
     p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(BULK_STATES)}")
@@ -277,3 +303,4 @@ def add_parsers(sub: Any) -> None:
                    help=f"what you checked: one line, at most {MAX_REASON_LENGTH} characters")
     _json_flag(p)
     p.set_defaults(func=cmd_reconcile)
+    return p
