@@ -18,10 +18,12 @@ from reminders.cli.common import (
     _json_flag,
     _now,
     _Parser,
+    _quiet_flag,
     _reason_flag,
     _seconds,
     _settings,
     emit,
+    progress,
     terminal_safe,
 )
 from reminders.outcome import Outcome
@@ -95,8 +97,11 @@ def _operator(args: argparse.Namespace, command: str) -> int:
 
         arguments = {name: getattr(args, "as_" if name == "as" else name)
                      for name in REMOTE_COMMANDS[command]}
-        outcome = ops_client.run_remote(command, arguments, stack=args.stack,
-                                        function_name=args.ops_function)
+        with progress(args, command) as shown:
+            if command == "reconcile" and args.key is None:  # bulk: it may take a while
+                shown.show("waiting for the operations function", force=True)
+            outcome = ops_client.run_remote(command, arguments, stack=args.stack,
+                                            function_name=args.ops_function)
         if command == "status" and isinstance(outcome.data, dict):
             from reminders.operator import alarms_text
 
@@ -134,11 +139,15 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
                                    via="cli", reason=args.reason, dry_run=args.dry_run)
         who = operator.current_user()
         if command == "reconcile":
-            return commands.reconcile(
-                conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
-                reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
-                channel=args.channel, recipient=args.recipient, due_from=args.due_from,
-                due_to=args.due_to, limit=args.limit, dry_run=args.dry_run)
+            with progress(args, "reconcile") as shown:
+                return commands.reconcile(
+                    conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
+                    reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
+                    channel=args.channel, recipient=args.recipient, due_from=args.due_from,
+                    due_to=args.due_to, limit=args.limit, dry_run=args.dry_run,
+                    progress=lambda n, total: shown.show(
+                        f"reconciling {args.state} deliveries as {args.as_}", done=n,
+                        total=total, force=n == total))
         return commands.tenants_set(conn, now=_now(), tenant=args.tenant,
                                     paused=args.action == "pause", who=who, via="cli",
                                     reason=args.reason, create=args.create)
@@ -302,5 +311,6 @@ def _add_reconcile(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("--reason", required=True,
                    help=f"what you checked: one line, at most {MAX_REASON_LENGTH} characters")
     _json_flag(p)
+    _quiet_flag(p)
     p.set_defaults(func=cmd_reconcile)
     return p
