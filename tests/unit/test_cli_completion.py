@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,59 @@ def test_a_state_completes_from_the_states() -> None:
 def test_zsh_and_fish_get_a_script_with_the_commands(shell: str) -> None:
     text = _script(shell)
     assert "rotate-secret" in text and "--max-seconds" in text
+
+
+def test_the_nouns_complete_as_their_short_forms_do() -> None:
+    assert {"show", "list", "reconcile"} <= set(complete("deliveries", ""))
+    assert "dead" in complete("deliveries", "list", "--state", "d")
+    assert "deliveries" in complete("del")
+
+
+def test_kinds_and_tenants_are_asked_of_the_local_stack_by_every_shell() -> None:
+    bash, zsh, fish = (_script(shell) for shell in ("bash", "zsh", "fish"))
+    assert "_shtab_reminders_schedule___kind_COMPGEN=_reminders_kinds" in bash
+    assert "_shtab_reminders_tenants_pause_pos_0_COMPGEN=_reminders_tenants" in bash
+    assert "reminders __complete kinds" in bash and "reminders __complete tenants" in zsh
+    assert "(reminders __complete tenants 2>/dev/null)" in fish
+
+
+def test_asking_a_local_stack_that_does_not_answer_gives_up_quickly(tmp_path: Path) -> None:
+    """A Postgres that accepts the connection and never answers: nothing, exit 0, within the
+    bound (the shell is never left hanging on Tab)."""
+    import json
+    import os
+    import socket
+    import time
+
+    from reminders.cli.meta import KNOWN_NAMES_SECONDS
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    port = silent.getsockname()[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "local.json").write_text(json.dumps({
+        "database_url": f"postgresql://reminders@127.0.0.1:{port}/reminders",
+        "endpoint_url": "http://127.0.0.1:1", "region": "us-east-1", "queues": {},
+        "receiver_url": "http://127.0.0.1:1", "receiver_secret": "x", "pgdata": str(tmp_path),
+        "pids": {"postgres": os.getpid()}}))
+    env = {**os.environ, "REMINDERS_HOME": str(home)}
+    began = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "reminders.cli", "__complete", "tenants"],
+                              capture_output=True, text=True, timeout=30, env=env)
+    finally:
+        silent.close()
+    took = time.monotonic() - began
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert took < KNOWN_NAMES_SECONDS + 5, took  # the interpreter's start-up on a busy machine
+
+
+def test_without_a_local_stack_nothing_is_offered(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "REMINDERS_HOME": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "__complete", "kinds"],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

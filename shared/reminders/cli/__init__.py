@@ -68,6 +68,9 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("one-machine commands", ("local", "migrate", "tick", "work", "console", "demo", "drill")),
     ("shell commands", ("completion", "version")),
 )
+# Commands for scripts the command line itself writes, left out of ``--help``: what a shell's
+# completion asks on Tab.
+HIDDEN_COMMANDS = ("__complete",)
 
 
 class _RootParser(_Parser):
