@@ -70,3 +70,31 @@ def run(argv: list[str], env: dict[str, str], *, stdout_tty: bool, stderr_tty: b
         for fd in streams.values():
             os.close(fd)
     return Seen(code, got["out"].decode(), got["err"].decode())
+
+
+def completion_script(shell: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "completion", shell],
+                          capture_output=True, text=True, timeout=60, check=True, env=env)
+    assert done.stderr == ""
+    return done.stdout
+
+
+def bash_completes(*words: str, env: dict[str, str] | None = None) -> list[str]:
+    """What bash offers for the last word of ``reminders WORDS...`` (``""`` for a new word),
+    calling the function ``complete -p reminders`` names, as bash does on Tab."""
+    line = "reminders " + " ".join(words)
+    program = f"""
+{completion_script("bash", env)}
+spec=$(complete -p reminders) || exit 3
+fn=$(sed -E 's/.*-F ([^ ]+).*/\\1/' <<<"$spec")
+COMP_WORDS=(reminders {" ".join(f"'{w}'" for w in words)})
+COMP_CWORD={len(words)}
+COMP_LINE='{line}'
+COMP_POINT=${{#COMP_LINE}}
+"$fn" reminders '{words[-1]}' '{words[-2] if len(words) > 1 else "reminders"}'
+printf '%s\\n' "${{COMPREPLY[@]}}"
+"""
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    return sorted(set(done.stdout.split()))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli_helpers import Cli
+from tests.terminal import bash_completes
 
 pytestmark = pytest.mark.integration
 
@@ -36,24 +37,7 @@ def record_stack(cli: Cli, database_url: str, tmp_path: Path) -> dict[str, str]:
 
 
 def complete(env: dict[str, str], *words: str) -> list[str]:
-    script = subprocess.run([sys.executable, "-m", "reminders.cli", "completion", "bash"],
-                            capture_output=True, text=True, timeout=60, env=env,
-                            check=True).stdout
-    line = "reminders " + " ".join(words)
-    program = f"""
-{script}
-fn=$(complete -p reminders | sed -E 's/.*-F ([^ ]+).*/\\1/')
-COMP_WORDS=(reminders {" ".join(f"'{w}'" for w in words)})
-COMP_CWORD={len(words)}
-COMP_LINE='{line}'
-COMP_POINT=${{#COMP_LINE}}
-"$fn" reminders '{words[-1]}' '{words[-2]}'
-printf '%s\\n' "${{COMPREPLY[@]}}"
-"""
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60,
-                          env=env)
-    assert done.returncode == 0, done.stderr
-    return sorted(set(done.stdout.split()))
+    return bash_completes(*words, env=env)
 
 
 def test_the_local_stack_s_kinds_and_tenants_complete(cli: Cli, database_url: str,

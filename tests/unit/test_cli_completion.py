@@ -11,32 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.terminal import bash_completes, completion_script
+
 
 def _script(shell: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "reminders.cli", "completion", shell],
-                          capture_output=True, text=True, timeout=60, check=True)
-    assert done.stderr == ""
-    return done.stdout
+    return completion_script(shell)
 
 
 def complete(*words: str) -> list[str]:
-    """What bash offers for the last word of ``reminders WORDS...`` (``""`` for a new word),
-    calling the function ``complete -p reminders`` names, as bash does on Tab."""
-    line = "reminders " + " ".join(words)
-    program = f"""
-{_script("bash")}
-spec=$(complete -p reminders) || exit 3
-fn=$(sed -E 's/.*-F ([^ ]+).*/\\1/' <<<"$spec")
-COMP_WORDS=(reminders {" ".join(f"'{w}'" for w in words)})
-COMP_CWORD={len(words)}
-COMP_LINE='{line}'
-COMP_POINT=${{#COMP_LINE}}
-"$fn" reminders '{words[-1]}' '{words[-2] if len(words) > 1 else "reminders"}'
-printf '%s\\n' "${{COMPREPLY[@]}}"
-"""
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return sorted(set(done.stdout.split()))
+    return bash_completes(*words)
 
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -250,6 +250,17 @@ def add_parsers(sub: Any) -> None:
 DELIVERY_ALIASES = ("show", "list", "reconcile")
 
 
+def _filter_flags(p: argparse.ArgumentParser, *, bulk: bool) -> None:
+    """The filters ``list`` and a bulk ``reconcile`` share, beside --tenant and --state."""
+    say = "bulk: " if bulk else ""
+    p.add_argument("--kind", help=f"{say}only this kind's, e.g. trip")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"],
+                   help=f"{say}only this channel's")
+    p.add_argument("--recipient", help=f"{say}only this recipient's, e.g. alice@example.com")
+    p.add_argument("--due-from", help=f"{say}ISO-8601 instant: due at or after it")
+    p.add_argument("--due-to", help=f"{say}ISO-8601 instant: due before it")
+
+
 def _add_show(sub: Any, name: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(
         name, help="a delivery (or a schedule's deliveries) with attempts")
@@ -267,15 +278,11 @@ def _add_list(sub: Any, name: str) -> argparse.ArgumentParser:
                     "e.g. `reminders deliveries list --state dead --tenant acme --due-from "
                     "2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
+    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
+    _filter_flags(p, bulk=False)
     p.add_argument("--attention", action="store_true",
                    help="only parked deliveries (unknown, dead, failed, stale): the worklist "
                         "the console's Attention page shows")
-    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
-    p.add_argument("--kind", help="only this kind's, e.g. trip")
-    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
-    p.add_argument("--recipient", help="only this recipient's, e.g. alice@example.com")
-    p.add_argument("--due-from", help="ISO-8601 instant: due at or after it")
-    p.add_argument("--due-to", help="ISO-8601 instant: due before it")
     p.add_argument("--after", help="continue after the cursor a previous page printed")
     p.add_argument("--schedule", help="only this schedule's (its key), e.g. invoice-8")
     p.add_argument("--sort", choices=["due", "updated"], default="due",
@@ -297,12 +304,7 @@ def _add_reconcile(sub: Any, name: str) -> argparse.ArgumentParser:
     p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
     p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(BULK_STATES)}")
-    p.add_argument("--kind", help="bulk: only this kind")
-    p.add_argument("--channel", choices=["webhook", "email", "sms"],
-                   help="bulk: only this channel")
-    p.add_argument("--recipient", help="bulk: only this recipient")
-    p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
-    p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
+    _filter_flags(p, bulk=True)
     p.add_argument("--limit", type=_count("--limit"), default=100,
                    help="bulk: at most this many (default 100)")
     p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
