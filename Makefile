@@ -67,8 +67,8 @@ setup: $(STAMP)
 demo: $(LOCAL) pooler
 	$(BIN)/reminders demo
 
-# The delivery console (its web libraries are the `console` extra) on http://127.0.0.1:8765/,
-# against the database and queues the command line is configured for (the local stack's when
+# The delivery console (its web libraries, the `console` extra, come with the lock) on
+# http://127.0.0.1:8765/, against the database and queues the command line is configured for (the local stack's when
 # `reminders local up` runs).
 console: setup pooler
 	$(BIN)/reminders console
