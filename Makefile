@@ -68,8 +68,8 @@ demo: $(LOCAL) pooler
 	$(BIN)/reminders demo
 
 # The delivery console (its web libraries, the `console` extra, come with the lock) on
-# http://127.0.0.1:8765/, against the database and queues the command line is configured for (the local stack's when
-# `reminders local up` runs).
+# http://127.0.0.1:8765/, against the database and queues the command line is configured
+# for (the local stack's when `reminders local up` runs).
 console: setup pooler
 	$(BIN)/reminders console
 
