@@ -29,7 +29,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -149,7 +148,7 @@ def _compile(uv: Sequence[str], output: Path, inputs: Sequence[str], *, upgrade:
              **options: object) -> None:
     done = subprocess.run(compile_command(uv, inputs, output, upgrade=upgrade,
                                           **options),  # type: ignore[arg-type]
-                          check=False)
+                          check=False, cwd=REPO_ROOT)
     if done.returncode != 0:
         hint = "" if upgrade else (" (a current pin may no longer fit pyproject.toml: "
                                    "`make lock-upgrade` resolves everything afresh)")
@@ -157,21 +156,25 @@ def _compile(uv: Sequence[str], output: Path, inputs: Sequence[str], *, upgrade:
     output.write_text(HEADER.format(what=WHAT[output]) + output.read_text())
 
 
+# The inputs uv reads besides pyproject.toml, written here afresh each time (relative paths,
+# so that the "# via" lines they give rise to read the same on every machine).
+INPUTS = Path("build") / "lock-inputs"
+
+
 def resolve(*, upgrade: bool, uv: Sequence[str] = ("uv",)) -> None:
     """Write the three lock files; nothing is installed."""
     REQUIREMENTS.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="reminders-lock-") as tmp:
-        extra = Path(tmp) / "extra.in"
-        extra.write_text("".join(f"{r}\n" for r in EXTRA_REQUIREMENTS))
-        pyproject = str(REPO_ROOT / "pyproject.toml")
-        _compile(uv, LOCK_FILE, [pyproject, str(extra)], upgrade=upgrade, all_extras=True)
-        pinned = Path(tmp) / "pinned.txt"
-        pinned.write_text(plain(LOCK_FILE.read_text()))
-        _compile(uv, LOCAL_LOCK_FILE, [pyproject, str(extra)], upgrade=False,
-                 extras=["local"], constraints=[pinned])
-        tools = Path(tmp) / "tools.in"
-        tools.write_text("".join(f"{r}\n" for r in TOOLS))
-        _compile(uv, TOOLS_LOCK_FILE, [str(tools)], upgrade=upgrade)
+    inputs = REPO_ROOT / INPUTS
+    inputs.mkdir(parents=True, exist_ok=True)
+    (inputs / "extra.in").write_text("".join(f"{r}\n" for r in EXTRA_REQUIREMENTS))
+    (inputs / "tools.in").write_text("".join(f"{r}\n" for r in TOOLS))
+    extra, pyproject = str(INPUTS / "extra.in"), "pyproject.toml"
+    _compile(uv, LOCK_FILE, [pyproject, extra], upgrade=upgrade, all_extras=True)
+    pinned = INPUTS / "pinned.txt"
+    (REPO_ROOT / pinned).write_text(plain(LOCK_FILE.read_text()))
+    _compile(uv, LOCAL_LOCK_FILE, [pyproject, extra], upgrade=False, extras=["local"],
+             constraints=[pinned])
+    _compile(uv, TOOLS_LOCK_FILE, [str(INPUTS / "tools.in")], upgrade=upgrade)
 
 
 def main() -> None:
