@@ -128,6 +128,9 @@ def compile_command(uv: Sequence[str], inputs: Sequence[str], output: Path, *, u
     return [*uv, "pip", "compile", *inputs, "--universal", "--generate-hashes",
             "--python-version", PYTHON_FLOOR, "--output-file", str(output), "--quiet",
             "--no-header",
+            # One version of each package for every Python and platform (an older release
+            # where the newest needs a later Python): the layer and the venv read one pin.
+            "--fork-strategy", "fewest",
             *(["--all-extras"] if all_extras else []),
             *(arg for extra in extras for arg in ("--extra", extra)),
             *(arg for path in constraints for arg in ("--constraint", str(path))),
