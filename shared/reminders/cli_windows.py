@@ -70,13 +70,16 @@ def preview_with_windows(args: argparse.Namespace, items: list[dict[str, str]]) 
         return None
     spec = parse_windows(args.send_window)
     zone = timezones.zone(args.tz)
-    lines = []
+    lines: list[tuple[str, str, str | None, str | None]] = []
     for item in items:
         at = datetime.fromisoformat(item["utc"].replace("Z", "+00:00"))
         due = next_opening(at, args.tz, spec, gap=args.gap, overlap=args.overlap)
         item["due_utc"] = due.strftime("%Y-%m-%dT%H:%M:%SZ") if due else None  # type: ignore[assignment]
         item["due_local"] = due.astimezone(zone).isoformat() if due else None  # type: ignore[assignment]
         item["held"] = due != at  # type: ignore[assignment]
-        lines.append(f"{item['utc']}  {item['local']}" + (
-            f"  -> held until {item['due_utc']}  {item['due_local']}" if due != at else ""))
-    return "\n".join(lines)
+        lines.append((item["utc"], item["local"], item["due_utc"] if due != at else None,
+                      item["due_local"] if due != at else None))
+    from reminders.cli_format import table
+
+    return table(["due", "local", "held until", "held until (local)"], lines) if lines \
+        else "(no occurrences)"

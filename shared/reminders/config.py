@@ -52,6 +52,8 @@ KNOWN_VARIABLES: dict[str, str] = {
     "REMINDERS_STS_ENDPOINT": "shared/reminders/ops.py",
     "REMINDERS_OPS_SERVES": "shared/reminders/ops.py",
     "REMINDERS_DEBUG": "shared/reminders/cli/__init__.py",
+    "REMINDERS_FORCE_TTY": "shared/reminders/cli_format.py",
+    "REMINDERS_COMPLETE_SECONDS": "shared/reminders/cli/meta.py",
     "REMINDERS_HOME": "shared/reminders/local/stack.py",
     "REMINDERS_DEMO_LOGS": "shared/reminders/local/demo.py",
     "REMINDERS_DRILL_LOGS": "shared/reminders/local/drills.py",

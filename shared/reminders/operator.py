@@ -4,7 +4,7 @@ operator actions, each recorded with who and why."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -342,15 +342,18 @@ def in_state(conn: db.Connection, *, state: str, tenant: str | None,
 
 
 def show_text(data: dict[str, Any]) -> str:
+    from reminders.cli_format import to_the_second as sec
+
     items = data.get("deliveries", [data])
     lines = []
     for d in items:
         lines.append(f"{d['delivery_key']}: {d['state']}"
                      + (f" ({d['reason']})" if d["reason"] else ""))
         lines.append(f"  tenant {d['tenant']}, kind {d['kind']}, recipient {d['recipient']} "
-                     f"on {d['channel']}, due {d['due_at']}, schedule {d['schedule_key']}")
+                     f"on {d['channel']}, due {sec(str(d['due_at']))}, "
+                     f"schedule {d['schedule_key']}")
         if d.get("held"):
-            lines.append(f"  occurrence {d['occurrence_at']}, {d['held']}")
+            lines.append(f"  occurrence {sec(str(d['occurrence_at']))}, {d['held']}")
         lines += [f"  attempt {a['attempt_no']}: {a['outcome'] or 'open'} {a['detail'] or ''}"
                   .rstrip() for a in d["attempts"]]
         timeline = [(e["at"], f"{e['actor']}" + (f" {e['who']}" if e.get("who") else "")
@@ -359,7 +362,8 @@ def show_text(data: dict[str, Any]) -> str:
         timeline += [(a["at"], f"operator {a['who']}: {a['action']} {a['object']} {a['name']}"
                       + (f" ({a['reason']})" if a["reason"] else " (no reason given)"))
                      for a in d.get("operator_actions", [])]
-        lines += [f"  {at}  {what}" for at, what in sorted(timeline, key=lambda t: t[0])]
+        lines += [f"  {sec(str(at))}  {what}"
+                  for at, what in sorted(timeline, key=lambda t: t[0])]
     return "\n".join(lines)
 
 
@@ -562,12 +566,14 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
                    channel: str | None = None, recipient: str | None = None,
                    due_from: datetime | None = None, due_to: datetime | None = None,
                    dry_run: bool = False,
-                   only_keys: Sequence[str] | None = None) -> dict[str, Any]:
+                   only_keys: Sequence[str] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Every delivery of ``state`` matching the filters (a tenant or a kind at least), at most
     ``limit``; ``dry_run`` lists them and changes nothing. Each is reconciled as ``target``
     and keeps an operator event with the reason and who ran it; the whole action is recorded
     in ``operator_actions``. ``only_keys``: reconcile only these of the rows that still match
-    (what a dry run counted; a row that changed or newly matches since is left alone)."""
+    (what a dry run counted; a row that changed or newly matches since is left alone).
+    ``progress`` is told (done, matched) after each row."""
     from reminders.errors import InvalidInput, RemindersError
     from reminders.reasons import checked_reason
 
@@ -606,6 +612,8 @@ def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reaso
         except RemindersError as exc:
             failed.append({"delivery_key": row["delivery_key"], "tenant": row["tenant"],
                            "error": str(exc)})
+        if progress is not None:
+            progress(len(done) + len(failed), len(rows))
     data: dict[str, Any] = {
         "dry_run": dry_run, "as": target, "matched": len(rows), "more": more,
         "reconciled": [] if dry_run else done, "would_reconcile": done if dry_run else [],

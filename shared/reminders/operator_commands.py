@@ -125,7 +125,7 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
     worklist); the next page's cursor (``--after DUE/ID``) goes in the text, or to stderr
     with ``--json``."""
     from reminders import operator
-    from reminders.cli_format import table
+    from reminders.cli_format import remark, table
 
     cursor_after: tuple[datetime, int] | None = None
     if after:
@@ -160,7 +160,7 @@ def list_deliveries(conn: db.Connection, *, limit: int, state: str | None = None
                      r["recipient"], r["attempts_made"], r["delivery_key"], r["reason"])
                     for r in rows])]
     if cursor:
-        lines.append(f"more match: next page with --after {cursor}")
+        lines.append(remark(f"more match: next page with --after {cursor}"))
     outcome.text = "\n".join(lines)
     return outcome
 
@@ -182,10 +182,12 @@ def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: st
               as_: str, reason: str, who: str, via: str, state: str | None = None,
               kind: str | None = None, channel: str | None = None,
               recipient: str | None = None, due_from: str | None = None,
-              due_to: str | None = None, limit: int = 100, dry_run: bool = False) -> Outcome:
+              due_to: str | None = None, limit: int = 100, dry_run: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Outcome:
     """One delivery by KEY, or (without one) every delivery of ``state`` in a tenant or kind
     (and a channel, recipient or due range), at most ``limit``. Each delivery's operator event
-    names ``who``; a bulk reconcile is also one operator action, with ``via``."""
+    names ``who``; a bulk reconcile is also one operator action, with ``via``, and tells
+    ``progress`` (done, matched) after each delivery."""
     from reminders import operator
 
     reason = checked_reason(reason, required=True)
@@ -193,7 +195,7 @@ def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: st
         return _reconcile_bulk(conn, now=now, tenant=tenant, as_=as_, reason=reason, who=who,
                                via=via, state=state, kind=kind, channel=channel,
                                recipient=recipient, due_from=due_from, due_to=due_to,
-                               limit=limit, dry_run=dry_run)
+                               limit=limit, dry_run=dry_run, progress=progress)
     if dry_run or state or kind or due_from or due_to or channel or recipient:
         raise InvalidInput("--state, --kind, --due-from, --due-to and --dry-run are for "
                            "reconciling many deliveries: give them instead of a KEY")
@@ -205,7 +207,8 @@ def reconcile(conn: db.Connection, *, now: datetime, key: str | None, tenant: st
 def _reconcile_bulk(conn: db.Connection, *, now: datetime, tenant: str | None, as_: str,
                     reason: str, who: str, via: str, state: str | None, kind: str | None,
                     channel: str | None, recipient: str | None, due_from: str | None,
-                    due_to: str | None, limit: int, dry_run: bool) -> Outcome:
+                    due_to: str | None, limit: int, dry_run: bool,
+                    progress: Callable[[int, int], None] | None = None) -> Outcome:
     from reminders import operator
     from reminders.cli_format import table
 
@@ -213,7 +216,7 @@ def _reconcile_bulk(conn: db.Connection, *, now: datetime, tenant: str | None, a
         conn, state=state, target=as_, reason=reason, limit=limit, now=now, actor=who,
         via=via, tenant=tenant, kind=kind, channel=channel, recipient=recipient,
         due_from=_optional_instant(due_from, "--due-from"),
-        due_to=_optional_instant(due_to, "--due-to"), dry_run=dry_run)
+        due_to=_optional_instant(due_to, "--due-to"), dry_run=dry_run, progress=progress)
     done = data["would_reconcile"] if dry_run else data["reconciled"]
     failed = data["failed"]
     verb = "would reconcile" if dry_run else "reconciled"

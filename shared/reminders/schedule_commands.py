@@ -13,6 +13,7 @@ only this service does, so it is the operator's alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,7 +60,7 @@ def list_schedules(conn: db.Connection, *, limit: int, tenant: str | None = None
                    state: str | None = None, after: str | None = None) -> Outcome:
     """A page of schedules by (tenant, key); the next page's cursor (``--after TENANT/KEY``)
     goes in the text, or to stderr with ``--json``."""
-    from reminders.cli_format import table
+    from reminders.cli_format import remark, table
 
     if state is not None and state not in STATES:
         raise InvalidInput(f"--state: must be one of {', '.join(STATES)}, got {state!r}")
@@ -92,7 +93,7 @@ def list_schedules(conn: db.Connection, *, limit: int, tenant: str | None = None
                    [(d["tenant"], d["schedule_key"], d["state"], d["kind"], d["channel"],
                      d["rule"] or d["at"], d["generation"]) for d in data])]
     if cursor:
-        lines.append(f"more match: next page with --after {cursor}")
+        lines.append(remark(f"more match: next page with --after {cursor}"))
     outcome.text = "\n".join(lines)
     return outcome
 
@@ -226,12 +227,19 @@ def _window(row: db.Row, start: datetime, end: datetime, now: datetime,
 
 def backfill(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
              start: str, end: str, limit: int, who: str | None, via: str,
-             reason: str | None = None, dry_run: bool = False) -> Outcome:
+             reason: str | None = None, dry_run: bool = False,
+             progress: Callable[[str], None] | None = None) -> Outcome:
     """Materialise the occurrences [--from, --to] missed (never after now), at most ``limit``
     occurrences, each with its occurrence's key; an occurrence that exists for a recipient in
     any state is never made again. ``dry_run`` lists what it would make and changes nothing.
-    Backfilled deliveries are due now, and their staleness window counts from now."""
+    Backfilled deliveries are due now, and their staleness window counts from now.
+    ``progress`` is told what is being done, as each step begins."""
+    def step(what: str) -> None:
+        if progress is not None:
+            progress(what)
+
     from reminders import operator
+    from reminders.cli_format import table
 
     reason = checked_reason(reason, required=False)
     first, last = instant(start, "--from"), instant(end, "--to")
@@ -243,11 +251,14 @@ def backfill(conn: db.Connection, *, now: datetime, key: str, tenant: str | None
     row = _detail(conn, owner, key)
     if row["state"] == "cancelled":
         raise InvalidInput(f"schedule {key!r} is cancelled: nothing to backfill")
+    step(f"expanding the rule of {key} over the window")
     try:
         occurrences, more = _window(row, first, last, now, limit)
     except ValueError as exc:
         raise InvalidInput(f"schedule {key!r}: the rule cannot be expanded: {exc}") from None
     args = {"tenant": owner, "key": key, "occurrences": occurrences, "now": now}
+    step(f"{len(occurrences)} occurrences in the window; "
+         + ("finding those missing" if dry_run else "making their deliveries"))
     if dry_run:
         missing = db.fetch_all(conn, "backfill_missing", args)
         made = [{"recipient": r["recipient"], "occurrence_at": iso(r["occurrence_at"])}
@@ -271,7 +282,9 @@ def backfill(conn: db.Connection, *, now: datetime, key: str, tenant: str | None
     text = (f"backfill {key}: {len(occurrences)} occurrences in the window; {verb} "
             f"{len(made)} deliveries (those that exist are never made again)"
             + (f"; more occurrences than --limit {limit}" if more else "")
-            + "".join(f"\n  {d['occurrence_at']}  {d['recipient']}" for d in made))
+            + ("\n" + table(["occurrence", "recipient"],
+                            [(d["occurrence_at"], d["recipient"]) for d in made])
+               if made else ""))
     outcome = Outcome(data, text)
     if more:
         outcome.notes.append(f"backfill: more occurrences in the window than --limit {limit}; "

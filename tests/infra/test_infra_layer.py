@@ -27,7 +27,7 @@ from infra.layer import (
     stage_code,
     staleness,
 )
-from infra.lock import LOCK_FILE, read_lock, render_lock
+from infra.lock import LOCK_FILE, hashes, read_lock
 from tests.infra.synth import Synthesized
 
 ELF_MACHINE_AARCH64 = 183
@@ -221,7 +221,7 @@ def _recorded_layer(root: Path, dists: tuple[str, ...] = RECORDED_LAYER,
         (site_packages / f"{dist}.dist-info").mkdir(parents=True)
     (root / "layer" / STAMP_NAME).write_text(_stamp() + "\n")
     lock = root / "lock.txt"
-    lock.write_text(render_lock(pins))
+    lock.write_text("".join(f"{name}=={pins[name]}\n" for name in sorted(pins)))
     return root / "layer", lock
 
 
@@ -254,9 +254,16 @@ def test_a_package_the_lock_does_not_pin_or_a_missing_requirement_makes_it_stale
         "tzdata is not in the layer"]
 
 
-def test_the_layer_is_built_under_the_lock(tmp_path: Path) -> None:
+def test_the_layer_is_built_under_the_lock_and_its_hashes(tmp_path: Path) -> None:
+    """The constraints are the hashed lock itself: pip checks every file it downloads for
+    the layer against the hashes there (hashes in a constraints file turn its hash-checking
+    mode on)."""
     command = pip_command(tmp_path)
     assert command[command.index("--constraint") + 1] == str(LOCK_FILE)
+    layer_packages = {"aws-lambda-powertools", "aws-xray-sdk", "psycopg", "psycopg-binary",
+                      "tzdata", "python-dateutil"}
+    found = hashes(LOCK_FILE.read_text())
+    assert all(found[name] for name in layer_packages)
 
 
 ABI3_TAG = re.compile(r"^cp3\d+-abi3-manylinux_(\d+)_(\d+)_aarch64$")

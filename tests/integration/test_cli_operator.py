@@ -336,12 +336,16 @@ def test_list_filters_and_pages(cli: Cli, hook: str) -> None:
     assert cli("list", "--recipient", "b@example.com", "--json").json()[0]["recipient"] == (
         "b@example.com")
 
-    page = cli("list", "--limit", "2")
+    page = cli("list", "--limit", "2", REMINDERS_FORCE_TTY="1")  # as in a terminal
     assert page.code == 0 and page.err == ""
     lines = page.out.splitlines()
     assert lines[0].split()[:4] == ["DUE", "STATE", "TENANT", "KIND"]
     assert len(lines) == 4 and lines[-1].startswith("more match: next page with --after ")
     cursor = lines[-1].rsplit(" ", 1)[1]
+    piped = cli("deliveries", "list", "--limit", "2")  # rows alone; the cursor on stderr
+    assert [line.split("\t")[5] for line in piped.out.splitlines()] == [
+        "a@example.com", "b@example.com"]
+    assert piped.err == f"reminders: more match: next page with --after {cursor}\n"
     rest = cli("list", "--limit", "2", "--after", cursor, "--json")
     assert [r["recipient"] for r in json.loads(rest.out)] == ["c@example.com", "d@example.com"]
     assert rest.err.startswith("reminders: list: more match; next page: --after ")
@@ -366,14 +370,15 @@ def test_show_text_has_the_timeline_and_status_the_paused_tenants(cli: Cli) -> N
     assert "paused tenants: acme" in cli("status").out
     listed = cli("tenants", "list", "--json").json()
     assert [(t["tenant"], t["paused"]) for t in listed] == [("acme", True)]
-    table = cli("tenants", "list").out.splitlines()
+    table = cli("tenants", "list", REMINDERS_FORCE_TTY="1").out.splitlines()
     assert table[0].split() == ["TENANT", "PAUSED", "PENDING", "SCHEDULES"]
     assert table[1].split() == ["acme", "yes", "0", "0"]
+    assert cli("tenants", "list").out == "acme\tyes\t0\t0\n"  # piped
 
 
 def test_text_output_has_no_python_reprs(cli: Cli) -> None:
     cli("kinds", "set", "trip", "--stale-after", "3h", "--backoff-cap", "1h20m", "--json").json()
-    kinds = cli("kinds", "list").out
+    kinds = cli("kinds", "list", REMINDERS_FORCE_TTY="1").out
     assert "{" not in kinds and "10800" not in kinds
     trip = next(line for line in kinds.splitlines() if line.startswith("trip"))
     assert trip.split() == ["trip", "3h", "8", "3", "30s..1h20m", "30d"]
@@ -385,18 +390,19 @@ def test_text_output_has_no_python_reprs(cli: Cli) -> None:
     assert windowed.endswith(", send window Mon-Fri 08:00-18:00, Sat 10:00-14:00, spread 15m, "
                              "priority 9\n")
     cli("opt-out", "--tenant", "acme", "--recipient", "bob", "--channel", "sms")
-    outs = cli("opt-outs", "list").out.splitlines()
+    outs = cli("opt-outs", "list", REMINDERS_FORCE_TTY="1").out.splitlines()
     assert outs[0].split() == ["TENANT", "RECIPIENT", "CHANNEL", "SINCE"]
     assert outs[1].split()[:3] == ["acme", "bob", "sms"]
     assert cli("opt-outs", "list", "--channel", "email", "--json").json() == []
 
 
 def test_a_schedule_has_a_text_form(cli: Cli) -> None:
-    got = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1")
+    got = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1", REMINDERS_FORCE_TTY="1")
     assert (got.code, got.err) == (0, "")
     lines = got.out.splitlines()
     assert lines[0] == "schedule k1 (tenant acme): created"
     assert lines[1].split() == ["RECIPIENT", "DUE", "STATE", "DELIVERY", "KEY"]
+    assert cli("show", "k1").code == 0
     again = cli(*EMAIL, "--recipient", "a@example.com", "--key", "k1")
     assert again.out.splitlines()[0] == "schedule k1 (tenant acme): already existed, unchanged"
 
@@ -457,7 +463,7 @@ def test_status_splits_lateness_and_watches(cli: Cli) -> None:
          "oldest_overdue_seconds": 4920.0, "paused": False}]
     text = cli("status", now=later).out
     assert "oldest overdue: 1h25m;" in text
-    assert "acme    default  email    2        1h25m" in text
+    assert "\nacme\tdefault\temail\t2\t1h25m\n" in text  # piped: the table as TSV
     watched = cli("status", "--watch", "0.1", "--times", "2", "--json", now=later)
     assert watched.code == 0 and watched.out.count('"by_state"') == 2
 
@@ -586,6 +592,8 @@ REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
     "reconcile": (["reconcile", "KEY", "--as", "failed"], True, "unknown"),
     "reconcile bulk": (["reconcile", "--state", "unknown", "--tenant", "acme", "--as", "failed"],
                        True, "unknown"),
+    "deliveries reconcile": (["deliveries", "reconcile", "KEY", "--as", "failed"], True,
+                             "unknown"),
     "cancel": (["cancel", "k1"], False, "scheduled"),
     "tenants pause": (["tenants", "pause", "acme", "--create"], False, None),
     "tenants resume": (["tenants", "resume", "acme", "--create"], False, None),
@@ -690,3 +698,53 @@ def test_nothing_reaches_the_operator_s_terminal_raw(cli: Cli, database_url: str
     assert "\x1b" not in text.out and "\x07" not in text.out and "\u202e" not in text.out
     assert "HTTP 503 \\x1b]0;owned\\x07\\x1b[2J\\u202egnp.exe" in text.out
     assert cli("show", key, "--json").json()["reason"] == hostile
+
+
+def test_list_in_a_terminal_is_a_table_and_piped_its_rows(cli: Cli) -> None:
+    """Through the real entry point: stdout a terminal, then a pipe."""
+    from tests.terminal import run
+
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com,c@example.com", "--json").json()
+    env = {**cli.env, "REMINDERS_NOW": "2027-03-01T09:00:00Z"}
+    shown = run(["deliveries", "list", "--limit", "2"], env, stdout_tty=True, stderr_tty=True)
+    assert (shown.code, shown.err) == (0, "")
+    head, *rows, more = shown.out.splitlines()
+    assert head.split() == ["DUE", "STATE", "TENANT", "KIND", "CHANNEL", "RECIPIENT", "TRIES",
+                            "DELIVERY", "KEY", "REASON"]
+    assert [r.split()[:6] for r in rows] == [
+        [DUE, "scheduled", "acme", "default", "email", f"{who}@example.com"] for who in "ab"]
+    assert rows[0].split()[-1] == "-" and more.startswith("more match: next page with --after ")
+    piped = run(["list", "--limit", "2"], env, stdout_tty=False, stderr_tty=True)
+    assert piped.code == 0
+    assert [r.split("\t") for r in piped.out.splitlines()] == [
+        [DUE, "scheduled", "acme", "default", "email", f"{who}@example.com", "0", key, ""]
+        for who, key in zip("ab", [r.split()[-2] for r in rows], strict=True)]
+    assert piped.err == f"reminders: {more}\n"
+
+
+def progress_lines(err: str) -> list[str]:
+    """What a progress line showed, redraw by redraw (each starts by erasing the line)."""
+    return [part for part in err.split("\r\x1b[K") if part]
+
+
+def test_a_bulk_reconcile_shows_its_progress_in_a_terminal_only(
+        cli: Cli, conn: db.Connection) -> None:
+    from tests.terminal import run
+
+    cli(*EMAIL, "--recipients", "a@example.com,b@example.com,c@example.com", "--json").json()
+    conn.execute("update deliveries set state = 'dead', reason = 'retry budget spent'")
+    env = {**cli.env, "REMINDERS_NOW": "2027-03-01T09:00:00Z"}
+    bulk = ["deliveries", "reconcile", "--state", "dead", "--tenant", "acme", "--as", "retry",
+            "--reason", "fixed", "--limit", "2"]
+    shown = run(bulk, env, stdout_tty=True, stderr_tty=True)
+    assert shown.code == 0, shown.err
+    assert progress_lines(shown.err)[-1] == (
+        "reconcile: reconciling dead deliveries as retry; 2 of 2")
+    assert shown.err.endswith("\r\x1b[K")  # erased before the result is printed
+    assert shown.out.startswith("reconciled 2 dead deliveries as retry")
+    piped = run(bulk, env, stdout_tty=False, stderr_tty=True)  # `reminders ... | less`
+    assert (piped.code, piped.err) == (0, "")
+    assert piped.out.splitlines()[0] == "reconciled 1 dead deliveries as retry"
+    conn.execute("update deliveries set state = 'dead'")
+    quiet = run([*bulk, "--quiet"], env, stdout_tty=True, stderr_tty=True)
+    assert (quiet.code, quiet.err) == (0, "")

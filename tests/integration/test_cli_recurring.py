@@ -72,8 +72,8 @@ def test_preview_keeps_the_local_hour_across_the_spring_change(bare: Cli) -> Non
     ]
     text = preview(bare, WEEKLY, "Europe/Berlin", "2027-03-15T09:00", "--count", "2")
     assert (text.code, text.err) == (0, "")
-    assert text.out == ("2027-03-15T08:00:00Z  2027-03-15T09:00:00+01:00\n"
-                        "2027-03-22T08:00:00Z  2027-03-22T09:00:00+01:00\n")
+    assert text.out == ("2027-03-15T08:00:00Z\t2027-03-15T09:00:00+01:00\n"
+                        "2027-03-22T08:00:00Z\t2027-03-22T09:00:00+01:00\n")  # piped: TSV
 
 
 def test_preview_after_an_instant_is_strictly_after_it(bare: Cli) -> None:

@@ -106,3 +106,24 @@ def test_status_without_an_evaluation_says_where_alarms_come_from(cli: Cli) -> N
     assert data["available"] is False
     assert "`reminders tick` and `reminders work` evaluate the template's alarms" in data["why"]
     assert "alarms: not evaluated yet" in cli("status").out
+
+
+def test_work_shows_its_progress_in_a_terminal_and_nothing_when_piped(
+        aws_cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> None:
+    from tests.terminal import run
+
+    env = {**aws_cli.env, "REMINDERS_NOW": "2027-03-01T09:00:00Z"}
+    put(moto_endpoint, queue_urls.deliveries, "{not json")
+    shown = run(["work", "--max-seconds", "20"], env, stdout_tty=True, stderr_tty=True)
+    assert shown.code == 4, shown.err
+    # Each redraw, up to where a handler's own log line (a failed record's) followed it.
+    drawn = [part.split("{", 1)[0].split("\n", 1)[0]
+             for part in shown.err.split("\r\x1b[K") if part.startswith("work: ")]
+    assert drawn[0] == "work: polling the queues; about 20s left"
+    assert any(part.startswith("work: consumer 2 records (2 failed), redrive ")
+               and " left" in part for part in drawn), drawn
+    assert "consumer: 2 batches" in shown.out
+    put(moto_endpoint, queue_urls.deliveries, "{not json")
+    piped = run(["work", "--max-seconds", "20"], env, stdout_tty=False, stderr_tty=True)
+    assert piped.code == 4 and "work: " not in piped.err.replace("reminders: work: ", "")
+    assert "\x1b" not in piped.err

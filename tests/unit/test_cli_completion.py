@@ -7,35 +7,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.terminal import bash_completes, completion_script
+
 
 def _script(shell: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "reminders.cli", "completion", shell],
-                          capture_output=True, text=True, timeout=60, check=True)
-    assert done.stderr == ""
-    return done.stdout
+    return completion_script(shell)
 
 
 def complete(*words: str) -> list[str]:
-    """What bash offers for the last word of ``reminders WORDS...`` (``""`` for a new word),
-    calling the function ``complete -p reminders`` names, as bash does on Tab."""
-    line = "reminders " + " ".join(words)
-    program = f"""
-{_script("bash")}
-spec=$(complete -p reminders) || exit 3
-fn=$(sed -E 's/.*-F ([^ ]+).*/\\1/' <<<"$spec")
-COMP_WORDS=(reminders {" ".join(f"'{w}'" for w in words)})
-COMP_CWORD={len(words)}
-COMP_LINE='{line}'
-COMP_POINT=${{#COMP_LINE}}
-"$fn" reminders '{words[-1]}' '{words[-2] if len(words) > 1 else "reminders"}'
-printf '%s\\n' "${{COMPREPLY[@]}}"
-"""
-    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return sorted(set(done.stdout.split()))
+    return bash_completes(*words)
 
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -67,3 +51,70 @@ def test_a_state_completes_from_the_states() -> None:
 def test_zsh_and_fish_get_a_script_with_the_commands(shell: str) -> None:
     text = _script(shell)
     assert "rotate-secret" in text and "--max-seconds" in text
+
+
+def test_the_nouns_complete_as_their_short_forms_do() -> None:
+    assert {"show", "list", "reconcile"} <= set(complete("deliveries", ""))
+    assert "dead" in complete("deliveries", "list", "--state", "d")
+    assert "deliveries" in complete("del")
+
+
+def test_kinds_and_tenants_are_asked_of_the_local_stack_by_every_shell() -> None:
+    bash, zsh, fish = (_script(shell) for shell in ("bash", "zsh", "fish"))
+    assert "_shtab_reminders_schedule___kind_COMPGEN=_reminders_kinds" in bash
+    assert "_shtab_reminders_tenants_pause_pos_0_COMPGEN=_reminders_tenants" in bash
+    assert "reminders __complete kinds" in bash and "reminders __complete tenants" in zsh
+    assert "(reminders __complete tenants 2>/dev/null)" in fish
+
+
+def test_asking_a_local_stack_that_does_not_answer_gives_up_quickly(tmp_path: Path) -> None:
+    """A Postgres that accepts the connection and never answers: nothing, exit 0, within the
+    bound (the shell is never left hanging on Tab)."""
+    import json
+    import os
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    port = silent.getsockname()[1]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "local.json").write_text(json.dumps({
+        "database_url": f"postgresql://reminders@127.0.0.1:{port}/reminders",
+        "endpoint_url": "http://127.0.0.1:1", "region": "us-east-1", "queues": {},
+        "receiver_url": "http://127.0.0.1:1", "receiver_secret": "x", "pgdata": str(tmp_path),
+        "pids": {"postgres": os.getpid()}}))
+    env = {**os.environ, "REMINDERS_HOME": str(home)}
+    try:  # unbounded, it would wait on the silent server until this timeout fails the test
+        done = subprocess.run([sys.executable, "-m", "reminders.cli", "__complete", "tenants"],
+                              capture_output=True, text=True, timeout=60, env=env)
+    finally:
+        silent.close()
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_without_a_local_stack_nothing_is_offered(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "REMINDERS_HOME": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "reminders.cli", "__complete", "kinds"],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_whatever_hangs_is_cut_off_at_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only the connection: a read that never returns ends at REMINDERS_COMPLETE_SECONDS."""
+    import time
+
+    from reminders.cli import meta
+    from reminders.local import stack
+
+    def hangs() -> None:
+        time.sleep(60)
+
+    monkeypatch.setattr(stack, "load", hangs)
+    monkeypatch.setenv("REMINDERS_COMPLETE_SECONDS", "0.2")
+    began = time.monotonic()
+    assert meta.known_names("kinds") == []
+    assert time.monotonic() - began < 30  # it would sleep 60 s unbounded

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from reminders import cli
-from reminders.cli_format import duration, table
+from reminders.cli_format import duration, render, table
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 
 
@@ -20,11 +20,48 @@ def test_durations_read_as_people_write_them(value: float | timedelta | None,
     assert duration(value) == text
 
 
+def laid_out(text: str, *, terminal: bool = True) -> str:
+    shown, aside = render(text, terminal=terminal)
+    assert aside == []
+    return shown
+
+
 def test_a_table_aligns_wide_characters_and_shows_no_reprs() -> None:
     got = table(["name", "paused", "note"], [("東京", True, None), ("zoë", False, "a\nb")])
-    assert got.splitlines() == ["NAME  PAUSED  NOTE",
-                                "東京  yes     -",
-                                "zoë   no      a\\nb"]
+    assert laid_out(got).splitlines() == ["NAME  PAUSED  NOTE",
+                                          "東京  yes     -",
+                                          "zoë   no      a\\nb"]
+
+
+def test_a_piped_table_is_tab_separated_values_without_a_header() -> None:
+    got = table(["name", "paused", "note"], [("東京", True, None), ("a\tb", False, "x y")])
+    assert laid_out("before\n" + got + "\nafter", terminal=False).splitlines() == [
+        "before", "東京\tyes\t", "a\\tb\tno\tx y", "after"]
+    assert laid_out(table(["name"], []), terminal=False) == ""
+    assert laid_out(table(["name"], [])) == "NAME"
+
+
+def test_a_remark_stays_in_a_terminal_and_goes_to_stderr_when_piped() -> None:
+    from reminders.cli_format import remark
+
+    text = table(["key"], [("k1",)]) + "\n" + remark("more match: next page with --after x")
+    assert render(text, terminal=True) == ("KEY\nk1\nmore match: next page with --after x", [])
+    assert render(text, terminal=False) == ("k1", ["more match: next page with --after x"])
+
+
+def test_a_line_that_only_looks_like_a_table_is_text() -> None:
+    for line in ("\x1enot json", '\x1e{"headers": ["a"], "rows": [["x", "y"]]}', "\x1e[]"):
+        assert laid_out(line) == line
+
+
+def test_an_instant_reads_to_the_second_but_a_key_that_holds_one_stays_whole() -> None:
+    from reminders.cli_format import cell, to_the_second
+
+    assert to_the_second("2027-03-01T09:00:05.123456Z") == "2027-03-01T09:00:05Z"
+    assert to_the_second("2027-03-01T09:00:05.5+01:00") == "2027-03-01T09:00:05+01:00"
+    key = "schedule:1:2027-03-01T09:00:05.5Z:bob:email"
+    assert cell(key) == key and to_the_second(key) == key
+    assert cell("2027-03-01T09:00:05.123456Z") == "2027-03-01T09:00:05Z"
 
 
 @pytest.mark.parametrize(("exc", "code"), [
@@ -91,4 +128,4 @@ def test_a_table_shows_instants_without_microseconds_and_durations_short() -> No
     assert cell(at) == "2027-03-01T09:00:05Z"
     assert cell(timedelta(hours=1)) == "1h"
     got = table(["created", "window"], [(at, timedelta(minutes=90))])
-    assert got.splitlines()[1] == "2027-03-01T09:00:05Z  1h30m"
+    assert laid_out(got).splitlines()[1] == "2027-03-01T09:00:05Z  1h30m"

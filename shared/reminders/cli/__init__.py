@@ -32,13 +32,14 @@ from reminders.cli.common import (
 from reminders.cli.drills import DRILLS
 from reminders.cli.local_stack import _counts_text
 from reminders.cli.meta import cmd_version
-from reminders.cli.recovery import REMOTE_COMMANDS
+from reminders.cli.recovery import DELIVERY_ALIASES, REMOTE_COMMANDS
 from reminders.cli_schedules import REMOTE_COMMANDS as SCHEDULE_COMMANDS
 from reminders.outcome import EXIT_OK
 from reminders.reasons import checked_reason
 
-__all__ = ["BULK_STATES", "DRILLS", "EXIT_STATUSES", "GROUPS", "STATES_FOR_CLI", "_counts_text",
-           "_exit_for", "_join_negative_values", "build_parser", "emit", "main",
+__all__ = ["BULK_STATES", "COMMAND_GROUPS", "DRILLS", "EXIT_STATUSES", "GROUPS",
+           "STATES_FOR_CLI", "_counts_text", "_exit_for", "_join_negative_values",
+           "build_parser", "emit", "main",
            "parse_duration", "terminal_safe"]
 
 # Where command groups register: each module's ``add_parsers(sub)`` adds its commands to the
@@ -58,8 +59,49 @@ GROUPS = (
 )
 
 
+# How ``reminders --help`` lists the commands: a few groups, as ``gh`` and ``temporal`` do;
+# ``show``, ``list`` and ``reconcile`` are short for ``deliveries show|list|reconcile``.
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("operator commands", ("status", "deliveries", "tenants")),
+    ("scheduling commands", ("schedule", "reschedule", "cancel", "schedules", "preview", "opt-out",
+                    "opt-in", "opt-outs")),
+    ("endpoint and kind commands", ("endpoints", "kinds")),
+    ("one-machine commands", ("local", "migrate", "tick", "work", "console", "demo", "drill")),
+    ("shell commands", ("completion", "version")),
+)
+# Commands for scripts the command line itself writes, left out of ``--help``: what a shell's
+# completion asks on Tab.
+HIDDEN_COMMANDS = ("__complete",)
+
+
+class _RootParser(_Parser):
+    """The top-level parser: its help lists the commands by group, the aliases last."""
+
+    def format_help(self) -> str:
+        formatter = self._get_formatter()
+        formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
+        formatter.add_text(self.description)
+        sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+        pseudo = {a.dest: a for a in sub._get_subactions()}
+        for heading, names in COMMAND_GROUPS:
+            formatter.start_section(heading)
+            formatter.add_arguments([pseudo[name] for name in names])
+            formatter.end_section()
+        formatter.add_text("aliases: " + ", ".join(
+            f"`{name}` is `deliveries {name}`" for name in DELIVERY_ALIASES))
+        for group in self._action_groups:
+            if any(isinstance(a, argparse._SubParsersAction) for a in group._group_actions):
+                continue
+            formatter.start_section(group.title)
+            formatter.add_arguments(group._group_actions)
+            formatter.end_section()
+        formatter.add_text(self.epilog)
+        return formatter.format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="reminders", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _RootParser(prog="reminders",
+                         description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="store_true",
                         help="print the versions (as `reminders version`) and exit")
     parser.add_argument("--stack", metavar="NAME",
@@ -72,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "and NAME-write (e.g. Reminders-ops; skips the CloudFormation "
                              "lookup)")
     parser.epilog = EXIT_STATUSES
-    sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=False, parser_class=_Parser,
+                                metavar="COMMAND")
     parser.set_defaults(root_parser=parser)
     for name in GROUPS:
         importlib.import_module(name).add_parsers(sub)

@@ -84,8 +84,9 @@ def terminal_safe(text: str) -> str:
 
 def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
     """JSON exactly (its escapes are the data's); with ``-o jsonl`` one compact value a line (a
-    list's items each on its own); else the text with whatever a terminal would act on shown
-    as a visible escape."""
+    list's items each on its own); else the text, its tables aligned in a terminal and as
+    tab-separated values when piped, with whatever a terminal would act on shown as a visible
+    escape."""
     output = getattr(args, "output", None)
     if output == "jsonl":
         for item in data if isinstance(data, list) else [data]:
@@ -93,7 +94,20 @@ def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
     elif getattr(args, "json", False) or text is None:
         print(_json_text(data))
     else:
-        print(terminal_safe(text))
+        print_text(text)
+
+
+def print_text(text: str) -> None:
+    """A command's text on stdout as :func:`reminders.cli_format.render` lays it out; its
+    remarks, when piped, on stderr."""
+    from reminders.cli_format import render, stdout_is_terminal
+
+    shown, aside = render(text, terminal=stdout_is_terminal())
+    print(terminal_safe(shown))
+    if aside:
+        sys.stdout.flush()
+    for line in aside:
+        sys.stderr.write(f"reminders: {terminal_safe(line)}\n")
 
 
 OUTPUTS = ("json", "jsonl", "text")
@@ -287,6 +301,18 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", choices=OUTPUTS,
                    help="json, jsonl (one compact JSON value a line) or text (default)")
     p.add_argument("--json", action="store_true", help="print JSON (as -o json)")
+
+
+def _quiet_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress on stderr (shown only in a terminal: never when piped)")
+
+
+def progress(args: argparse.Namespace, what: str) -> Any:
+    """The command's progress line on stderr (:mod:`reminders.cli.progress`)."""
+    from reminders.cli.progress import Progress, wanted
+
+    return Progress(what, enabled=wanted(bool(getattr(args, "quiet", False))))
 
 
 def _reason_flag(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from reminders.cli.common import _json_flag, emit
+from reminders.cli.common import _json_flag, _quiet_flag, emit, progress
 from reminders.outcome import EXIT_NOT_DONE
 
 
@@ -45,12 +45,24 @@ def cmd_drill(args: argparse.Namespace) -> int:
     from reminders.local import drills
 
     names = list(DRILLS) if args.name == "all" else [args.name]
+    ran: list[drills.DrillResult] = []
+
+    def running() -> None:
+        found = sum(len(r.violations) for r in ran)
+        shown.show(f"running {names[len(ran)]}, {found} violation(s) so far", done=len(ran),
+                   total=len(names), force=True)
 
     def show(result: drills.DrillResult) -> None:
+        ran.append(result)
+        shown.clear()
         if not args.json:
             print(drills.text(result) + "\n", flush=True)
+        if len(ran) < len(names):
+            running()
 
-    results = drills.run_drills(names, short=args.short, on_result=show)
+    with progress(args, "drill") as shown:
+        running()
+        results = drills.run_drills(names, short=args.short, on_result=show)
     found = sum(len(r.violations) for r in results)
     emit(args, {"short": args.short, "violations": found,
                 "drills": [r.as_json() for r in results]},
@@ -77,4 +89,5 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--short", action="store_true",
                    help="smaller batches, as CI runs them")
     _json_flag(p)
+    _quiet_flag(p)
     p.set_defaults(func=cmd_drill)

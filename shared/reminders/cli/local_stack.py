@@ -10,11 +10,13 @@ from reminders.cli.common import (
     _conn,
     _json_flag,
     _Parser,
+    _quiet_flag,
     _runtime,
     _seconds,
     _settings,
     emit,
     environment,
+    progress,
 )
 from reminders.outcome import EXIT_NOT_DONE, EXIT_PARTIAL_FAILURE
 
@@ -33,7 +35,9 @@ def cmd_local_up(args: argparse.Namespace) -> int:
 
     if args.explain:
         return _explain(args)
-    running, restarted = stack.start()
+    with progress(args, "local up") as shown:
+        running, restarted = stack.start(
+            on_step=lambda step, n, total: shown.show(step, done=n, total=total, force=True))
     if args.env:  # for a shell's eval: the receiver's URL and secret as variables
         from shlex import quote
 
@@ -171,13 +175,21 @@ def cmd_work(args: argparse.Namespace) -> int:
     twin = _on_twin(rt, "work")
     if twin is not None:  # the template's event source mappings and functions
         try:
-            with _twin_alarms(twin):
+            with _twin_alarms(twin), progress(args, "work") as shown:
+                shown.show("the template's functions on the twin", left=args.max_seconds,
+                           force=True)
                 summary = twin.work(max_seconds=args.max_seconds)
         finally:
             on_stack.close(twin)
     else:
-        with _local_alarms(rt) as observe:
-            summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe)
+        def show(counts: dict[str, Any], left: float) -> None:
+            shown.show(f"consumer {_progress_counts(counts['consumer'])}, redrive "
+                       f"{_progress_counts(counts['redrive'])}", left=left)
+
+        with _local_alarms(rt) as observe, progress(args, "work") as shown:
+            shown.show("polling the queues", left=args.max_seconds, force=True)
+            summary = pipeline.work(rt, max_seconds=args.max_seconds, observe=observe,
+                                    progress=show)
     emit(args, summary, f"consumer: {_work_counts(summary['consumer'])}; "
                         f"redrive: {_work_counts(summary['redrive'])}; "
                         + ("queues empty" if summary["idle"] else "queues not empty"))
@@ -198,6 +210,10 @@ def _counts_text(value: Any) -> str:
         parts = [f"{n} {name}" for name, n in value.items() if n]
         return ", ".join(parts) if parts else "0"
     return str(value)
+
+
+def _progress_counts(counts: dict[str, Any]) -> str:
+    return f"{counts['records']} records ({counts['failures']} failed)"
 
 
 def _work_counts(counts: dict[str, Any]) -> str:
@@ -234,6 +250,7 @@ def add_parsers(sub: Any) -> None:
                    help="start nothing; print, per resource type of the synthesized template, "
                         "how it runs here (real, stand-in or not run)")
     _json_flag(p)
+    _quiet_flag(p)
     p.set_defaults(func=cmd_local_up)
     p = local_sub.add_parser("down", help="stop them",
                              description="E.g. `reminders local down --json`.")
@@ -251,6 +268,7 @@ def add_parsers(sub: Any) -> None:
                                    "work --max-seconds 30 --json`.",
                        epilog=WORK_EXIT_STATUSES)
     _json_flag(p)
+    _quiet_flag(p)
     p.add_argument("--max-seconds", type=_seconds, default=60.0,
                    help="wall-time bound, more than 0 (default: 60)")
     p.set_defaults(func=cmd_work)

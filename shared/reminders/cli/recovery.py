@@ -18,10 +18,12 @@ from reminders.cli.common import (
     _json_flag,
     _now,
     _Parser,
+    _quiet_flag,
     _reason_flag,
     _seconds,
     _settings,
     emit,
+    progress,
     terminal_safe,
 )
 from reminders.outcome import Outcome
@@ -95,8 +97,11 @@ def _operator(args: argparse.Namespace, command: str) -> int:
 
         arguments = {name: getattr(args, "as_" if name == "as" else name)
                      for name in REMOTE_COMMANDS[command]}
-        outcome = ops_client.run_remote(command, arguments, stack=args.stack,
-                                        function_name=args.ops_function)
+        with progress(args, command) as shown:
+            if command == "reconcile" and args.key is None:  # bulk: it may take a while
+                shown.show("waiting for the operations function", force=True)
+            outcome = ops_client.run_remote(command, arguments, stack=args.stack,
+                                            function_name=args.ops_function)
         if command == "status" and isinstance(outcome.data, dict):
             from reminders.operator import alarms_text
 
@@ -134,11 +139,15 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
                                    via="cli", reason=args.reason, dry_run=args.dry_run)
         who = operator.current_user()
         if command == "reconcile":
-            return commands.reconcile(
-                conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
-                reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
-                channel=args.channel, recipient=args.recipient, due_from=args.due_from,
-                due_to=args.due_to, limit=args.limit, dry_run=args.dry_run)
+            with progress(args, "reconcile") as shown:
+                return commands.reconcile(
+                    conn, now=_now(), key=args.key, tenant=args.tenant, as_=args.as_,
+                    reason=args.reason, who=who, via="cli", state=args.state, kind=args.kind,
+                    channel=args.channel, recipient=args.recipient, due_from=args.due_from,
+                    due_to=args.due_to, limit=args.limit, dry_run=args.dry_run,
+                    progress=lambda n, total: shown.show(
+                        f"reconciling {args.state} deliveries as {args.as_}", done=n,
+                        total=total, force=n == total))
         return commands.tenants_set(conn, now=_now(), tenant=args.tenant,
                                     paused=args.action == "pause", who=who, via="cli",
                                     reason=args.reason, create=args.create)
@@ -224,26 +233,56 @@ def add_parsers(sub: Any) -> None:
     _json_flag(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("show", help="a delivery (or a schedule's deliveries) with attempts")
+    deliveries = sub.add_parser(
+        "deliveries", help="show, list and reconcile deliveries (`show`, `list` and "
+                           "`reconcile` are short for them)",
+        description="One delivery with its attempts, pages of deliveries by filter, and the "
+                    "settling of parked ones. E.g. `reminders deliveries list --state dead`.")
+    d_sub = deliveries.add_subparsers(dest="deliveries_action", required=True,
+                                      parser_class=_Parser)
+    for name, add in (("show", _add_show), ("list", _add_list), ("reconcile", _add_reconcile)):
+        # Both forms name the command alike (args.command), whichever of them ran it.
+        add(d_sub, name).set_defaults(command=name)
+        add(sub, name).set_defaults(command=name)
+
+
+# `reminders show|list|reconcile` are aliases of `reminders deliveries show|list|reconcile`.
+DELIVERY_ALIASES = ("show", "list", "reconcile")
+
+
+def _filter_flags(p: argparse.ArgumentParser, *, bulk: bool) -> None:
+    """The filters ``list`` and a bulk ``reconcile`` share, beside --tenant and --state."""
+    say = "bulk: " if bulk else ""
+    p.add_argument("--kind", help=f"{say}only this kind's, e.g. trip")
+    p.add_argument("--channel", choices=["webhook", "email", "sms"],
+                   help=f"{say}only this channel's")
+    p.add_argument("--recipient", help=f"{say}only this recipient's, e.g. alice@example.com")
+    p.add_argument("--due-from", help=f"{say}ISO-8601 instant: due at or after it")
+    p.add_argument("--due-to", help=f"{say}ISO-8601 instant: due before it")
+
+
+def _add_show(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="a delivery (or a schedule's deliveries) with attempts")
     p.add_argument("key", help="delivery key or schedule key")
     p.add_argument("--tenant", help=_TENANT_HELP)
     _json_flag(p)
     p.set_defaults(func=cmd_show)
+    return p
 
-    p = sub.add_parser("list", help="deliveries by state, tenant, kind, channel, recipient, due",
-                       description="Deliveries matching every filter given, by due time, a "
-                                   "page at a time; e.g. `reminders list --state dead "
-                                   "--tenant acme --due-from 2027-03-01T00:00Z`.")
+
+def _add_list(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="deliveries by state, tenant, kind, channel, recipient, due",
+        description="Deliveries matching every filter given, by due time, a page at a time; "
+                    "e.g. `reminders deliveries list --state dead --tenant acme --due-from "
+                    "2027-03-01T00:00Z`.")
     p.add_argument("--state", help=f"one of {', '.join(STATES_FOR_CLI)}")
+    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
+    _filter_flags(p, bulk=False)
     p.add_argument("--attention", action="store_true",
                    help="only parked deliveries (unknown, dead, failed, stale): the worklist "
                         "the console's Attention page shows")
-    p.add_argument("--tenant", help="only this tenant's, e.g. acme")
-    p.add_argument("--kind", help="only this kind's, e.g. trip")
-    p.add_argument("--channel", choices=["webhook", "email", "sms"], help="only this channel's")
-    p.add_argument("--recipient", help="only this recipient's, e.g. alice@example.com")
-    p.add_argument("--due-from", help="ISO-8601 instant: due at or after it")
-    p.add_argument("--due-to", help="ISO-8601 instant: due before it")
     p.add_argument("--after", help="continue after the cursor a previous page printed")
     p.add_argument("--schedule", help="only this schedule's (its key), e.g. invoice-8")
     p.add_argument("--sort", choices=["due", "updated"], default="due",
@@ -252,22 +291,20 @@ def add_parsers(sub: Any) -> None:
                    help="rows per page, 1 to 10000 (default 100)")
     _json_flag(p)
     p.set_defaults(func=cmd_list)
+    return p
 
-    p = sub.add_parser(
-        "reconcile", help="settle parked deliveries after checking the receiver",
+
+def _add_reconcile(sub: Any, name: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help="settle parked deliveries after checking the receiver",
         description="Settle one delivery by KEY, or many: every delivery of --state in a "
                     "--tenant or --kind (and a due range), at most --limit; --dry-run lists "
-                    "them first. E.g. `reminders reconcile --state dead --tenant acme --as "
-                    "retry --reason 'endpoint fixed' --dry-run`.")
+                    "them first. E.g. `reminders deliveries reconcile --state dead --tenant "
+                    "acme --as retry --reason 'endpoint fixed' --dry-run`.")
     p.add_argument("key", nargs="?", help="delivery key (omit for a bulk reconcile)")
     p.add_argument("--tenant", help=_TENANT_HELP)
     p.add_argument("--state", help=f"bulk: one of {', '.join(BULK_STATES)}")
-    p.add_argument("--kind", help="bulk: only this kind")
-    p.add_argument("--channel", choices=["webhook", "email", "sms"],
-                   help="bulk: only this channel")
-    p.add_argument("--recipient", help="bulk: only this recipient")
-    p.add_argument("--due-from", help="bulk: due at or after this ISO-8601 instant")
-    p.add_argument("--due-to", help="bulk: due before this ISO-8601 instant")
+    _filter_flags(p, bulk=True)
     p.add_argument("--limit", type=_count("--limit"), default=100,
                    help="bulk: at most this many (default 100)")
     p.add_argument("--dry-run", action="store_true", help="bulk: list them, change nothing")
@@ -276,4 +313,6 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--reason", required=True,
                    help=f"what you checked: one line, at most {MAX_REASON_LENGTH} characters")
     _json_flag(p)
+    _quiet_flag(p)
     p.set_defaults(func=cmd_reconcile)
+    return p

@@ -21,7 +21,7 @@ from reminders.cli.common import (
     _plain_text,
     _reason_flag,
     emit,
-    terminal_safe,
+    print_text,
 )
 from reminders.cli.recovery import _operator
 from reminders.errors import InvalidInput
@@ -175,8 +175,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return 0
     if len(result.deliveries) > 20:
         data["deliveries"] = f"{len(result.deliveries)} deliveries"
-    print(terminal_safe(_schedule_text(data, "created" if result.created
-                                       else "already existed, unchanged")))
+    print_text(_schedule_text(data, "created" if result.created
+                              else "already existed, unchanged"))
     return 0
 
 
@@ -288,9 +288,11 @@ def cmd_preview(args: argparse.Namespace) -> int:
             items = preview(rec, after, args.count)
     except InvalidInput as exc:
         raise _as_flags(exc) from None
+    from reminders.cli_format import table
+
     held = cli_windows.preview_with_windows(args, items)
-    emit(args, items, held or "\n".join(f"{i['utc']}  {i['local']}" for i in items)
-         or "(no occurrences)")
+    emit(args, items, held or (table(["due", "local"], [(i["utc"], i["local"]) for i in items])
+                               if items else "(no occurrences)"))
     return 0
 
 

@@ -53,7 +53,7 @@ before_statement: Callable[[str], None] | None = None
 
 
 def connect(url: str, *, prepare: bool = False, application_name: str = "reminders",
-            readable_instants: bool = False) -> Connection:
+            readable_instants: bool = False, connect_timeout: int = 10) -> Connection:
     """Open an autocommit connection with dict rows; :func:`transaction` groups work.
 
     Nothing but the application name goes in the startup packet: RDS Proxy refuses libpq's
@@ -66,7 +66,8 @@ def connect(url: str, *, prepare: bool = False, application_name: str = "reminde
     ``readable_instants``: an instant Python cannot hold (before year 1, after 9999,
     ``infinity``; written by hand or before the entry checks) loads as an
     :class:`~reminders.db.instants.UnreadableInstant` instead of failing the whole read: for
-    the operator's reads, which show every row."""
+    the operator's reads, which show every row. ``connect_timeout``: seconds to wait for the
+    server (a shell's completion waits one)."""
     try:
         conn: Connection = psycopg.connect(
             url,
@@ -74,7 +75,7 @@ def connect(url: str, *, prepare: bool = False, application_name: str = "reminde
             row_factory=dict_row,
             prepare_threshold=5 if prepare else None,
             application_name=application_name,
-            connect_timeout=10,
+            connect_timeout=connect_timeout,
         )
     except psycopg.OperationalError as exc:
         # Postgres says "password authentication failed"; a pooler may refuse the SCRAM

@@ -170,13 +170,17 @@ class EventSource:
 
 
 def run_until_idle(sources: list[EventSource], *, max_rounds: int, max_seconds: float,
-                   idle_sleep: float = 0.2) -> bool:
+                   idle_sleep: float = 0.2,
+                   after_round: Callable[[float], None] | None = None) -> bool:
     """Poll every source until all queues are empty: nothing visible, in flight or delayed.
     Bounded by rounds and by wall time (failures wait out their visibility timeout). True only
-    when the queues were seen empty; False when a bound was reached first."""
+    when the queues were seen empty; False when a bound was reached first. ``after_round`` is
+    told, after each round, the seconds left before the wall-time bound."""
     deadline = time.monotonic() + max_seconds
     for _ in range(max_rounds):
         got = sum(source.poll_once() for source in sources)
+        if after_round is not None:
+            after_round(max(0.0, deadline - time.monotonic()))
         if got:
             continue
         if all(source.queue.depth() == 0 for source in sources):

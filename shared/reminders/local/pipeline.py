@@ -4,6 +4,7 @@ event-source loops until the queues are idle."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from reminders import runtime, scanner
@@ -27,10 +28,12 @@ def tick(rt: Runtime, *, observe: Observer | None = None) -> dict[str, Any]:
 
 
 def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0,
-         observe: Observer | None = None) -> dict[str, Any]:
+         observe: Observer | None = None,
+         progress: Callable[[dict[str, Any], float], None] | None = None) -> dict[str, Any]:
     """Run the consumer and redrive handlers until both queues are idle (bounded). Failed
     records and invocation errors are counted in the summary, never raised. ``observe`` is
-    told of every invocation."""
+    told of every invocation; ``progress``, after each round of polls, the summary so far and
+    the seconds left before ``max_seconds``."""
     from functions.consumer.handler import handler as consumer_handler
     from functions.redrive.handler import handler as redrive_handler
 
@@ -41,8 +44,10 @@ def work(rt: Runtime, *, region: str = "us-east-1", max_seconds: float = 60.0,
                                "consumer", region, observe=observe)
         redrive = EventSource(rt.for_function("redrive").dlq, redrive_handler, "redrive",
                               region, observe=observe)
+        after_round = None if progress is None else (
+            lambda left: progress(summary(False, consumer, redrive), left))
         idle = run_until_idle([consumer, redrive], max_rounds=rt.settings.limits.work_rounds,
-                              max_seconds=max_seconds)
+                              max_seconds=max_seconds, after_round=after_round)
     finally:
         runtime.install(None)
     return summary(idle, consumer, redrive)

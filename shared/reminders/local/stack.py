@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 import warnings
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -537,14 +538,27 @@ def _wait_server(proc: subprocess.Popen[bytes], url: str) -> None:
 # visibility timeout to be at least the function's timeout).
 LOCAL_VISIBILITY_TIMEOUT = 6
 
+# What ``start`` does, in order (``on_step`` is told each as it begins).
+START_STEPS = ("Postgres", "PgBouncer", "moto and the webhook receiver",
+               "the queues and the KMS key")
 
-def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
-          max_receive_count: int = 5) -> tuple[LocalStack, dict[str, str]]:
+
+def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT, max_receive_count: int = 5,
+          on_step: Callable[[str, int, int], None] | None = None,
+          ) -> tuple[LocalStack, dict[str, str]]:
     """Start everything; or, for a stack already recorded, check that each part answers and
     start again what does not: Postgres on its data directory (its URL stays the same), moto
     on the same port where it is free (its queues are created again, empty), the receiver
     likewise (with the same secret, which endpoints may have stored). Returns once all is
-    ready, with what was started again and why, by part ("postgres", "moto", "receiver")."""
+    ready, with what was started again and why, by part ("postgres", "moto", "receiver").
+    ``on_step(what, steps done, steps)`` is told of each of :data:`START_STEPS` as it
+    begins."""
+
+    def step(n: int) -> None:
+        if on_step is not None:
+            on_step(f"{'checking' if old is not None else 'starting'} {START_STEPS[n]}", n,
+                    len(START_STEPS))
+
     root = home()
     state = root / "local.json"
     old = LocalStack(**json.loads(state.read_text())) if state.exists() else None
@@ -559,10 +573,12 @@ def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
     restarted: dict[str, str] = {}
 
     postgres_restarted = False
+    step(0)
     if not url or not _postgres_answers(url):
         was_running = _postmaster_running(pgdata)  # then it is starting up: wait for it
         url = _database(pgdata)
         postgres_restarted = old is not None and not was_running
+    step(1)
     pooled, pooler_pid, pooler_why = _pooler(root, url, old)
     _wait_postgres(pooled)  # after a restart, until the pooler logs in to the server again
     if postgres_restarted and old is not None:
@@ -587,6 +603,7 @@ def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
     pids["pooler"] = pooler_pid
     spawned: list[tuple[subprocess.Popen[bytes], str]] = []
     try:
+        step(2)
         moto_why = why_start("moto", f"{endpoint}/_reminders/health")
         if not moto_why and not (old and old.administrator):  # a stack from before
             _stop({"moto": old_pids["moto"]})
@@ -613,6 +630,7 @@ def start(*, visibility_timeout: int = LOCAL_VISIBILITY_TIMEOUT,
             admin = old.administrator if old and old.administrator else {}
             register_administrator(endpoint, Credentials(admin["access_key"],
                                                          admin["secret_key"]))
+        step(3)
         queues = old.queues if old else {}
         secrets_key = old.secrets_key_id if old else ""
         if moto_why or not secrets_key:

@@ -117,7 +117,7 @@ def build_runtime(target: Path | None = None, *, force: bool = False,
         resolved_versions,
         staleness,
     )
-    from infra.lock import LOCK_FILE, read_lock
+    from infra.lock import plain_lock_file, read_lock
 
     target = target or runtime_dir()
     platforms = machine_platforms()
@@ -132,8 +132,10 @@ def build_runtime(target: Path | None = None, *, force: bool = False,
         shutil.rmtree(target)
     target.mkdir(parents=True)
     try:
+        # The lock's versions without its hashes: the runtime's own pins have none, and pip
+        # checks hashes for every requirement or none.
         subprocess.run(pip_command(target, platforms, requirements,
-                                   (LOCK_FILE, RUNTIME_PINS)), check=True)
+                                   (plain_lock_file(target.parent), RUNTIME_PINS)), check=True)
     except subprocess.CalledProcessError as exc:
         raise AssetError(f"pip could not install the runtime folder {target} "
                          f"(exit {exc.returncode})") from None
