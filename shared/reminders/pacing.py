@@ -35,9 +35,9 @@ CHANNELS = ("email", "sms")
 FLOOR = 1 / 64
 RECOVER_PER_SECOND = 0.01
 MAX_SHARDS = 16
-# A shard gives a batch at most burst / shards tokens; this many per shard keeps a batch of ten
-# sends on one shard while several consumers take from the others.
-TOKENS_PER_SHARD = 5.0
+# A shard gives a batch at most burst / shards tokens: a batch of ten sends takes its tokens
+# from one shard, and a shard is visited often enough that its tokens never overflow its size.
+TOKENS_PER_SHARD = 10.0
 MAX_RATE = 100_000.0
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
 _PER = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600,
