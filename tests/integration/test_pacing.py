@@ -256,3 +256,37 @@ def test_a_paced_release_is_fenced_on_its_lease(harness: Harness) -> None:
     assert row is not None and (row["state"], row["due_at"], row["attempts_made"],
                                 row["leases"]) == (
         "scheduled", h.clock.now() + timedelta(seconds=2), 0, 0)
+
+
+def test_channels_set_and_list_and_an_endpoints_rate_from_the_command_line(
+        cli: Any, conn: db.Connection) -> None:
+    from reminders.channels.signing import new_secret
+
+    got = cli("channels", "set", "email", "--rate", "14/s", "--reason", "SES quota",
+              "--json").json()
+    assert (got["rate_per_second"], got["burst"], got["shards"]) == (14.0, 14.0, 1)
+    assert cli("channels", "set", "sms", "--rate", "1200/m", "--burst", "40", "--json").json()[
+        "rate_per_second"] == 20.0
+    url = "https://hooks.example.com/paced"
+    missing = cli("endpoints", "set", url, "--rate", "50/s")
+    assert missing.code != 0 and "no endpoint" in missing.err
+    cli("endpoints", "add", url, "--secret", new_secret(), "--json").json()
+    assert cli("endpoints", "set", url, "--rate", "50/s", "--json").json()["shards"] == 5
+    listed = {r["key"]: r for r in cli("channels", "list", "--json").json()}
+    assert set(listed) == {"email", "sms", f"webhook {url}"}
+    assert listed["email"]["used_last_minute"] == 0 and listed["email"]["source"] == "set"
+    assert "14/s" in cli("channels", "list").out
+    for bad, why in ((["--rate", "fast"], "--rate must be a count per unit"),
+                     (["--rate", "0/s"], "--rate must be more than 0"),
+                     (["--rate", "5/s", "--burst", "0"], "--burst must be between 1")):
+        wrong = cli("channels", "set", "email", *bad)
+        assert wrong.code != 0 and why in wrong.err, wrong.err
+    wrong = cli("channels", "set", "webhook", "--rate", "5/s")
+    assert wrong.code != 0 and "endpoints set URL" in wrong.err
+    assert cli("channels", "set", "sms", "--rate", "off", "--json").json()["changed"] is True
+    assert {r["key"] for r in cli("channels", "list", "--json").json()} == {
+        "email", f"webhook {url}"}
+    actions = conn.execute("select object, name, action, reason from operator_actions "
+                           "where object = 'channel' order by id").fetchall()
+    assert actions[0] == {"object": "channel", "name": "email", "action": "paced",
+                          "reason": "SES quota"}

@@ -48,6 +48,7 @@ __all__ = ["BULK_STATES", "DRILLS", "EXIT_STATUSES", "GROUPS", "STATES_FOR_CLI",
 GROUPS = (
     "reminders.cli.local_stack",
     "reminders.cli.endpoints_kinds",
+    "reminders.cli.channels",
     "reminders.cli.scheduling",
     "reminders.cli_schedules",
     "reminders.cli.recovery",

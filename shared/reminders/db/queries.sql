@@ -1263,6 +1263,10 @@ group by tenant, kind, channel
 order by seconds desc, tenant, kind, channel
 limit 50;
 
+-- name: endpoint_by_url
+-- Whether any tenant (or every tenant) has this URL registered.
+select id from endpoints where url = %(url)s limit 1;
+
 -- name: endpoint_remove
 delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')
 returning id, tenant, url;

@@ -35,3 +35,7 @@ create table rate_shards (
 -- Throttles a delivery's provider answered: such a retry spends no attempt of the kind's
 -- budget (attempts_base moves with it) up to a limit, after which it counts like any other.
 alter table deliveries add column throttles integer not null default 0;
+-- `channels set` is an operator action on a channel.
+alter table operator_actions drop constraint operator_actions_object_check;
+alter table operator_actions add constraint operator_actions_object_check
+    check (object in ('tenant', 'endpoint', 'kind', 'schedule', 'deliveries', 'channel'));
