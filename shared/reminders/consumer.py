@@ -202,6 +202,9 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     run = BatchRun()
     try:
         conn = rt.connection()
+        if rt.settings.email_rate_from_account:
+            pacing.account_default(conn, rt.channels["email"], rt.settings.database_url,
+                                   rt.clock.now())
         run_batch(rt, conn, parse(event), run, TimeLeft.of(context))
     except (DatabaseUnavailable, Conflict) as exc:
         # Postgres is away or would not give the rows: every message not yet answered comes

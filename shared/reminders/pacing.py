@@ -100,6 +100,22 @@ def set_rate(conn: db.Connection, key: str, rate: float, burst: float | None, no
     return row
 
 
+_ACCOUNT_RATE_READ: set[str] = set()  # databases this process read the SES quota for
+
+
+def account_default(conn: db.Connection, channel: Any, database_url: str,
+                    now: datetime) -> db.Row | None:
+    """Once a process (a cold start): pace e-mail at the SES account's MaxSendRate unless an
+    operator set a rate; the row when that changed the setting."""
+    if database_url in _ACCOUNT_RATE_READ:
+        return None
+    _ACCOUNT_RATE_READ.add(database_url)
+    rate = channel.max_send_rate()
+    if rate is None:
+        return None
+    return set_rate(conn, "email", min(rate, MAX_RATE), None, now, source="account")
+
+
 def remove_rate(conn: db.Connection, key: str) -> bool:
     return bool(db.fetch_all(conn, "rate_remove", {"key": key}))
 
