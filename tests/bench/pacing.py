@@ -7,8 +7,8 @@ loop and 1 or 8 consumer threads (each its own connection through the pooler) ru
 ``consumer.process_batch`` on batches of 10 from an in-memory queue, all on the wall clock. The
 channel records each send's time (a port the project owns: it answers at once). Reported: the
 rate over the run after its first second (the bucket's initial burst spent), as a ratio to
-``RATE`` (goal: 0.95 to 1.0), the rate over the whole run (at most ``RATE`` + ``BURST`` / its length:
-a token bucket's bound), and the most sends in any one-second window (at most ``RATE`` +
+``RATE`` (goal: 0.95 to 1.0), the rate over the whole run (at most ``RATE`` + ``BURST`` / its
+length: a token bucket's bound), and the most sends in any one-second window (at most ``RATE`` +
 ``BURST``: a consumer that stalls lets the bucket fill up to its burst again).
 ``RATE`` is one a single consumer reaches on a loaded two-core machine; above what the
 consumers can take, the rate they reach is theirs, not the bucket's.
