@@ -46,7 +46,7 @@ from tests.round_trips import count_round_trips
 
 Figures = dict[str, Any]
 RATE = 20.0
-BURST = 5.0
+BURST = 20.0
 SECONDS = 8.0
 BATCH = 10
 COST_BATCHES = 30
