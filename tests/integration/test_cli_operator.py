@@ -594,6 +594,8 @@ REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
     "endpoints rotate-secret": (["endpoints", "rotate-secret", HOOK, "--secret", new_secret()],
                                 False, "endpoint"),
     "kinds set": (["kinds", "set", "trip", "--max-attempts", "3"], False, None),
+    "channels set": (["channels", "set", "email", "--rate", "14/s"], False, None),
+    "endpoints set": (["endpoints", "set", HOOK, "--rate", "50/s"], False, "endpoint"),
     "tenants set": (["tenants", "set", "acme", "--max-pending", "100", "--create"], False, None),
     "schedules pause": (["schedules", "pause", "k1"], False, "scheduled"),
     "schedules resume": (["schedules", "resume", "k1"], False, "scheduled"),
