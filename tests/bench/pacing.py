@@ -150,9 +150,11 @@ def _cost_run(server: Cluster, paced: bool) -> Figures:
     for _ in range(COST_BATCHES):
         bodies = queue.take(BATCH)
         lsn = conn.execute("select pg_current_wal_lsn() as lsn").fetchone()
+        def one_batch(b: list[str] = bodies) -> Any:
+            return consumer.process_batch(sqs_event(b), rt)
+
         with _statements() as names:
-            trips.append(count_round_trips(rt_conn, lambda b=bodies: consumer.process_batch(
-                sqs_event(b), rt)))
+            trips.append(count_round_trips(rt_conn, one_batch))
         statements.append(len(names))
         row = conn.execute("select pg_wal_lsn_diff(pg_current_wal_lsn(), %s) as n",
                            ((lsn or {})["lsn"],)).fetchone()

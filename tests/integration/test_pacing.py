@@ -251,10 +251,10 @@ def test_a_paced_release_is_fenced_on_its_lease(harness: Harness) -> None:
     params["tokens"] = [message["lease_token"]]
     params["due_ats"] = [h.clock.now() + timedelta(seconds=2)]
     assert len(db.fetch_all(h.conn, "lease_release_paced", params)) == 1
-    row = h.conn.execute("select state, due_at, attempts_made, leases from deliveries "
-                         "where delivery_key = %s", (key,)).fetchone()
-    assert row is not None and (row["state"], row["due_at"], row["attempts_made"],
-                                row["leases"]) == (
+    after = h.conn.execute("select state, due_at, attempts_made, leases from deliveries "
+                           "where delivery_key = %s", (key,)).fetchone()
+    assert after is not None and (after["state"], after["due_at"], after["attempts_made"],
+                                  after["leases"]) == (
         "scheduled", h.clock.now() + timedelta(seconds=2), 0, 0)
 
 
