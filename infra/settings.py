@@ -205,6 +205,9 @@ class Settings:
     # Fan-out: the scanner hands chunks of publishChunk leases to the publisher function
     # (asynchronous invokes, publishConcurrency at a time); off: it publishes them itself.
     publisher_fan_out: bool = True
+    # Pace e-mail at the account's SES MaxSendRate (read by the consumer at cold start) unless
+    # an operator set a rate with `reminders channels set email --rate`.
+    email_rate_from_account: bool = True
     publish_chunk: int = 1000
     publisher_reserved_concurrency: int = 10
     publisher_timeout_seconds: int = 30

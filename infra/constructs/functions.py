@@ -367,6 +367,15 @@ class Functions(Construct):
             )
         )
         self.consumer.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="ReadSendingQuota",
+                # The e-mail rate's default: the account's MaxSendRate, read at cold start
+                # (reminders.pacing.account_default). GetSendQuota names no resource.
+                actions=["ses:GetSendQuota"],
+                resources=["*"],
+            )
+        )
+        self.consumer.add_to_role_policy(
             iam.PolicyStatement(sid="PublishSms", actions=["sns:Publish"], resources=["*"])
         )
 
@@ -490,6 +499,7 @@ def consumer_environment(settings: Settings) -> dict[str, str]:
         "REMINDERS_SEND_TIMEOUT": str(settings.send_timeout_seconds),
         "REMINDERS_SEND_CONCURRENCY": str(settings.consumer_send_concurrency),
         "REMINDERS_INVOCATION_MARGIN": str(settings.invocation_margin_seconds),
+        "REMINDERS_EMAIL_RATE_FROM_ACCOUNT": "on" if settings.email_rate_from_account else "off",
     }
 
 
@@ -523,7 +533,8 @@ def _acknowledge_role_wildcards(name: str, function: lambda_.Function) -> None:
     if name == "consumer":
         reasons.append(
             "sns:Publish to a phone number (SMS) has no resource ARN to name, so the SMS "
-            "channel needs Resource '*'; the action is still limited to sns:Publish"
+            "channel needs Resource '*'; the action is still limited to sns:Publish; "
+            "ses:GetSendQuota (the e-mail rate's default) names no resource either"
         )
     acknowledge(role, "AwsSolutions-IAM5", "; ".join(reasons) + ".", "Resource::*")
     acknowledge(

@@ -552,7 +552,7 @@ def _publisher_alarms(publisher: lambda_.IFunction) -> list[AlarmSpec]:
 
 # The consumer's per-batch counts (reminders.consumer.OUTCOME_METRICS), by metric name.
 DELIVERY_OUTCOMES = ("Sent", "Retrying", "Failed", "Suppressed", "Stale", "Unknown", "Dead",
-                     "Fenced", "MessagesIgnored", "MessagesFailed")
+                     "Fenced", "MessagesIgnored", "MessagesFailed", "Paced")
 
 
 def _dashboard(

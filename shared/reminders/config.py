@@ -45,7 +45,8 @@ KNOWN_VARIABLES: dict[str, str] = {
         "REMINDERS_PARKING_QUEUE_URL", "REMINDERS_DB_PREPARE", "REMINDERS_WEBHOOK_ALLOW",
         "REMINDERS_EMAIL_SENDER", "REMINDERS_WEBHOOK_CONNECT_TIMEOUT",
         "REMINDERS_WEBHOOK_READ_TIMEOUT", "REMINDERS_SEND_TIMEOUT", "REMINDERS_SECRETS_KEY_ID",
-        "REMINDERS_PUBLISHER_FUNCTION", "REMINDERS_REFILL_PATIENCE_SECONDS"), _CONFIG),
+        "REMINDERS_PUBLISHER_FUNCTION", "REMINDERS_REFILL_PATIENCE_SECONDS",
+        "REMINDERS_MAX_THROTTLE_RETRIES", "REMINDERS_EMAIL_RATE_FROM_ACCOUNT"), _CONFIG),
     "REMINDERS_NOW": "shared/reminders/clock.py",
     "REMINDERS_CLOCK_FILE": "shared/reminders/clock.py",
     "REMINDERS_ACTOR": "shared/reminders/operator.py",
@@ -88,6 +89,9 @@ class Limits:
     # before its end, waits for room or for that work, and ends once nothing went out for this
     # long (0: it ends at once).
     refill_patience_seconds: int = 5
+    # A provider's throttles retried without spending an attempt, per delivery, at most; past
+    # it a throttle counts as any transient failure (the staleness deadline bounds both).
+    max_throttle_retries: int = 100
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,9 @@ class Settings:
     db_schema: str = DEFAULT_SCHEMA  # the Postgres schema of the service's tables
     # The function the scanner hands chunks of leases to (fan-out); empty: it publishes itself.
     publisher_function: str = ""
+    # Pace e-mail at the SES account's MaxSendRate (GetAccount, once a cold start) unless an
+    # operator set a rate (`reminders channels set email --rate`).
+    email_rate_from_account: bool = False
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -172,6 +179,7 @@ def limits_from_env(env: Mapping[str, str]) -> Limits:
         idle_check_seconds=_int(env, "REMINDERS_DB_IDLE_CHECK_SECONDS", 60, 0, 86_400),
         first_batch=_int(env, "REMINDERS_FIRST_BATCH", 100, 1, 10_000),
         refill_patience_seconds=_int(env, "REMINDERS_REFILL_PATIENCE_SECONDS", 5, 0, 60),
+        max_throttle_retries=_int(env, "REMINDERS_MAX_THROTTLE_RETRIES", 100, 0, 10_000),
     )
 
 
@@ -278,6 +286,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         secrets_key_id=env.get("REMINDERS_SECRETS_KEY_ID") or None,
         db_schema=schema_from_env(env),
         publisher_function=env.get("REMINDERS_PUBLISHER_FUNCTION", ""),
+        email_rate_from_account=_bool(env, "REMINDERS_EMAIL_RATE_FROM_ACCOUNT", False),
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from reminders import db, retry
+from reminders import db, pacing, retry
 from reminders.batch import parse, partial_response
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.cli_format import duration
@@ -41,7 +41,7 @@ ACTIVE = ("scheduled", "leased", "retrying")
 OUTCOME_METRICS = {"sent": "Sent", "retrying": "Retrying", "failed": "Failed",
                    "suppressed": "Suppressed", "stale": "Stale", "unknown": "Unknown",
                    "dead": "Dead", "ignored": "MessagesIgnored", "fenced": "Fenced",
-                   "released": "Released"}
+                   "released": "Released", "paced": "Paced"}
 # How long a send may take when its channel has no overall deadline of its own (SES and SNS:
 # one attempt, bounded by the client's connect and read timeouts, 3 s and 10 s).
 DEFAULT_SEND_SECONDS = 15.0
@@ -160,9 +160,11 @@ class Writes:
     settles: list[tuple[str, db.Row, Any, str, str]] = field(default_factory=list)
     releases: dict[str, list[tuple[db.Row, Any]]] = field(default_factory=dict)  # by reason
     starts: list[tuple[str, db.Row, Any, datetime]] = field(default_factory=list)
+    # Sends that found no token (pacing): message, row, token, due again at, reason.
+    waits: list[tuple[str, db.Row, Any, datetime, str]] = field(default_factory=list)
 
-    def submit(self, conn: db.Connection, now: datetime) -> tuple[db.Pending | None,
-                                                                  db.Pending | None]:
+    def submit(self, conn: db.Connection, now: datetime) -> tuple[
+            db.Pending | None, db.Pending | None, db.Pending | None]:
         for reason, leases in self.releases.items():
             db.submit(conn, "lease_release", {"ids": [r["id"] for r, _ in leases],
                                               "tokens": [t for _, t in leases],
@@ -178,13 +180,20 @@ class Writes:
                 "ids": [r["id"] for r, _, _ in self.events],
                 "events": [e for _, e, _ in self.events],
                 "details": [d for _, _, d in self.events], "now": now, "actor": "consumer"})
+        waited = None
+        if self.waits:
+            waited = db.submit(conn, "lease_release_paced", {
+                "ids": [r["id"] for _, r, _, _, _ in self.waits],
+                "tokens": [t for _, _, t, _, _ in self.waits],
+                "due_ats": [d for _, _, _, d, _ in self.waits],
+                "reasons": [why for *_, why in self.waits], "now": now})
         started = None
         if self.starts:
             started = db.submit(conn, "attempts_start", {
                 "ids": [r["id"] for _, r, _, _ in self.starts],
                 "tokens": [t for _, _, t, _ in self.starts],
                 "deadlines": [d for _, _, _, d in self.starts], "now": now})
-        return settled, started
+        return settled, started, waited
 
 
 def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> dict[str, Any]:
@@ -193,6 +202,9 @@ def process_batch(event: dict[str, Any], rt: Runtime, context: Any = None) -> di
     run = BatchRun()
     try:
         conn = rt.connection()
+        if rt.settings.email_rate_from_account:
+            pacing.account_default(conn, rt.channels["email"], rt.settings.database_url,
+                                   rt.clock.now())
         run_batch(rt, conn, parse(event), run, TimeLeft.of(context))
     except (DatabaseUnavailable, Conflict) as exc:
         # Postgres is away or would not give the rows: every message not yet answered comes
@@ -339,9 +351,13 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
                     f"not started: {time_left.seconds():.1f} s left in the invocation once "
                     f"its rows were locked, {why}", retryable=True)
             writes.starts.clear()
-        settled, started = writes.submit(conn, now)
+        _pace(rt, conn, writes, now)
+        settled, started, waited = writes.submit(conn, now)
     # Leaving the pipeline committed the writes; their results are read now.
     states = {int(r["id"]): r["state"] for r in settled.rows()} if settled else {}
+    released = {int(r["id"]) for r in waited.rows()} if waited else set()
+    for message_id, row, *_ in writes.waits:
+        decided[message_id] = "paced" if int(row["id"]) in released else "fenced"
     attempts = {int(r["delivery_id"]): r for r in started.rows()} if started else {}
     for message_id, *_ in writes.settles:
         message, row = acting[message_id]
@@ -376,6 +392,34 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
 
 
 TERMINAL = ("sent", "failed", "suppressed", "stale", "unknown", "dead")
+
+
+def _pace(rt: Runtime, conn: db.Connection, writes: Writes, now: datetime) -> None:
+    """Take the tokens the batch's paced sends need (one statement, in the start transaction:
+    spent only if the starts commit); the sends without one are released due at their bucket's
+    next free slot instead of started (no attempt spent, no lease held waiting)."""
+    wanted = Counter(str(row["pace_key"]) for _, row, _, _ in writes.starts
+                     if row["pace_key"] is not None)
+    if not wanted:
+        return
+    got = pacing.grants(pacing.submit_take(conn, wanted, now, rt.rng).rows(), wanted, now,
+                        rt.rng)
+    left = {key: grant.taken for key, grant in got.items()}
+    slots = {key: list(grant.slots) for key, grant in got.items()}
+    latest = now + timedelta(seconds=rt.settings.limits.max_retry_delay)
+    keep = []
+    for start in writes.starts:
+        message_id, row, token, _ = start
+        key = row["pace_key"]
+        if key is None or key not in got:  # not paced, or its rate removed since the re-check
+            keep.append(start)
+        elif left[key] > 0:
+            left[key] -= 1
+            keep.append(start)
+        else:
+            due = min(slots[key].pop(0), latest)
+            writes.waits.append((message_id, row, token, due, pacing.wait_reason(key, due)))
+    writes.starts[:] = keep
 
 
 def _acting(leases: dict[str, LeaseMessage], rows: dict[int, db.Row]) -> dict[str, LeaseMessage]:
@@ -472,15 +516,42 @@ class Outcomes:
 
     attempts: dict[str, Any]
     settles: list[tuple[db.Row, Any, str, str, datetime | None, int]]
+    throttled: list[Send] = field(default_factory=list)  # retried without spending an attempt
+
+    def submit_throttled(self, conn: db.Connection, now: datetime) -> None:
+        """Before the settles, in their transaction: the throttled sends' attempts go back to
+        their budgets, and their buckets slow down (AIMD)."""
+        if not self.throttled:
+            return
+        db.submit(conn, "deliveries_throttled", {
+            "ids": [s.row["id"] for s in self.throttled],
+            "tokens": [s.token for s in self.throttled],
+            "attempt_nos": [s.attempt_no for s in self.throttled]})
+        paced = {str(s.row["pace_key"]) for s in self.throttled if s.row["pace_key"]}
+        if paced:
+            pacing.submit_throttled(conn, paced, now)
+
+
+def _throttled(rt: Runtime, send: Send) -> bool:
+    """A provider's throttle, retried without spending an attempt while the delivery's free
+    throttle retries last (REMINDERS_MAX_THROTTLE_RETRIES)."""
+    result = send.result
+    return (result is not None and result.outcome is Outcome.TRANSIENT
+            and bool(result.extra.get("throttled"))
+            and int(send.row["throttles"]) < rt.settings.limits.max_throttle_retries)
 
 
 def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
     settles = []
+    throttled = []
     for send in sends:
         assert send.result is not None
         keyed = rt.channels[send.row["channel"]].honours_idempotency_key
+        free = _throttled(rt, send)
+        if free:
+            throttled.append(send)
         state, reason, due_at = _outcome_state(rt, send.row, send.attempt_no, send.result, now,
-                                               keyed)
+                                               keyed, throttled=free)
         settles.append((send.row, send.token, state, reason, due_at, send.attempt_no))
     results = [s.result for s in sends if s.result is not None]
     return Outcomes({
@@ -488,7 +559,7 @@ def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
         "outcomes": [r.outcome.value for r in results],
         "status_codes": [r.status_code for r in results],
         "details": [r.detail[:500] for r in results],
-        "retry_afters": [r.retry_after for r in results], "now": now}, settles)
+        "retry_afters": [r.retry_after for r in results], "now": now}, settles, throttled)
 
 
 def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft) -> None:
@@ -503,6 +574,7 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft
     try:
         with db.pipeline(conn):  # one implicit transaction: both or neither
             db.submit(conn, "attempts_finish", done.attempts)
+            done.submit_throttled(conn, now)
             settled = db.submit(conn, "deliveries_settle", settle_arrays(done.settles, now))
         states = {int(r["id"]): str(r["state"]) for r in settled.rows()}
     except Conflict:
@@ -515,7 +587,8 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft
                     f"outcome not recorded: {time_left.seconds():.1f} s left in the "
                     "invocation; the scanner settles the send at its deadline", retryable=True)
                 continue
-            state = _finish_alone(rt, conn, send, one, now)
+            state = _finish_alone(rt, conn, send, one, now,
+                                  Outcomes({}, [], [send] if send in done.throttled else []))
             if state is not None:
                 states[int(send.row["id"])] = state
     lost = [s for s in run.sends
@@ -542,7 +615,7 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft
 
 def _finish_alone(rt: Runtime, conn: db.Connection, send: Send,
                   one: tuple[db.Row, Any, str, str, datetime | None, int],
-                  now: datetime) -> str | None:
+                  now: datetime, throttled: Outcomes) -> str | None:
     """One send's outcome on its own. If its delivery's row is held elsewhere (an application
     transaction left open), the outcome stays in the ledger and the scanner settles the
     delivery from it when the lease ends."""
@@ -554,6 +627,7 @@ def _finish_alone(rt: Runtime, conn: db.Connection, send: Send,
     try:
         with db.transaction(conn):
             db.execute(conn, "attempts_finish", attempt)
+            throttled.submit_throttled(conn, now)
             rows = db.fetch_all(conn, "deliveries_settle", settle_arrays([one], now))
         return str(rows[0]["state"]) if rows else None
     except Conflict as exc:
@@ -576,7 +650,8 @@ def _advance_ended_series(rt: Runtime, conn: db.Connection, run: BatchRun) -> No
 
 
 def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult,
-                   now: datetime, idempotent: bool) -> tuple[str, str, datetime | None]:
+                   now: datetime, idempotent: bool, *,
+                   throttled: bool = False) -> tuple[str, str, datetime | None]:
     if result.outcome is Outcome.SENT:
         return "sent", result.detail, None
     if result.outcome is Outcome.PERMANENT:
@@ -586,6 +661,10 @@ def _outcome_state(rt: Runtime, row: db.Row, attempt_no: int, result: SendResult
     policy = retry.Policy(max_attempts=row["max_attempts"], backoff_base=row["backoff_base"],
                           backoff_cap=row["backoff_cap"], stale_after=row["stale_after"],
                           max_delay=timedelta(seconds=rt.settings.limits.max_retry_delay))
+    if throttled:
+        nxt = retry.after_throttle(policy, occurrence_at=row["stale_from"], now=now,
+                                   retry_after=result.retry_after, rng=rt.rng)
+        return nxt.state, f"{result.detail}; {nxt.reason}", nxt.due_at
     nxt = retry.next_try(policy, attempts_made=attempt_no - row["attempts_base"],
                          occurrence_at=row["stale_from"], now=now,
                          retry_after=result.retry_after, rng=rt.rng)

@@ -17,7 +17,7 @@ ACTOR_ENV = "REMINDERS_ACTOR"
 # Operator actions `show` lists with a delivery: the latest on its tenant, endpoint, kind and
 # schedule.
 ACTIONS_SHOWN = 20
-OBJECTS = ("tenant", "endpoint", "kind", "schedule", "deliveries")
+OBJECTS = ("tenant", "endpoint", "kind", "schedule", "deliveries", "channel")
 VIAS = ("cli", "console", "ops")
 
 STATES = ("scheduled", "leased", "retrying", "sent", "failed", "suppressed", "stale", "unknown",

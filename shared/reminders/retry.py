@@ -73,3 +73,23 @@ def next_try(policy: Policy, *, attempts_made: int, occurrence_at: datetime, now
         return Next("retrying", latest, f"will retry; {what} capped at the maximum delay of "
                                         f"{policy.max_delay.total_seconds():g}s")
     return Next("retrying", due, "will retry")
+
+
+# A provider's throttle is retried this many seconds later (uniform, for jitter), or at its
+# Retry-After: the channel's bucket, slowed down by the throttle, paces it from there.
+THROTTLE_WAIT = (1.0, 2.0)
+
+
+def after_throttle(policy: Policy, *, occurrence_at: datetime, now: datetime,
+                   retry_after: datetime | None, rng: random.Random) -> Next:
+    """The next try after a provider's throttle: it spends no attempt, so no budget is
+    checked; the staleness deadline and the maximum delay bound it as every retry."""
+    due = now + timedelta(seconds=rng.uniform(*THROTTLE_WAIT))
+    if retry_after is not None and retry_after > due:
+        due = retry_after
+    deadline = _staleness_deadline(policy, occurrence_at)
+    if deadline is not None and due > deadline:
+        return Next("stale", None, f"throttled; next try at {_utc(due)} would land after the "
+                                   f"staleness deadline {_utc(deadline)}")
+    due = min(due, now + policy.max_delay)
+    return Next("retrying", due, "throttled by the provider: will retry, no attempt spent")

@@ -194,7 +194,8 @@ def build_channels(settings: config.Settings, client: Any) -> LazyChannels:
         from reminders.channels.aws_errors import send_client_config
         from reminders.channels.email import SesEmailChannel
 
-        return SesEmailChannel(client("sesv2", send_client_config()), settings.email_sender)
+        return SesEmailChannel(client("sesv2", send_client_config()), settings.email_sender,
+                               client("ses", send_client_config()))
 
     def sms() -> Channel:
         from reminders.channels.aws_errors import send_client_config

@@ -274,6 +274,7 @@ def client_error(code: str, status: int = 400, kind: str | None = None) -> Clien
         ("KMSThrottling", 400),
         ("SomethingNew", 503),
         ("SomethingNew", 429),
+        ("MaxSendingRateExceeded", 400),
     ],
 )
 def test_transient_codes(code: str, status: int) -> None:
@@ -281,7 +282,11 @@ def test_transient_codes(code: str, status: int) -> None:
     assert result.outcome is Outcome.TRANSIENT
     assert result.detail == f"SES {code}: {code} happened"
     assert result.status_code == status
-    assert result.extra == {"error_code": code, "request_id": "r-1"}
+    # The provider's own rate limit: retried without spending an attempt (pacing).
+    throttle = status == 429 or code in {"Throttling", "ThrottlingException", "Throttled",
+                                         "MaxSendingRateExceeded"}
+    assert result.extra == {"error_code": code, "request_id": "r-1",
+                            **({"throttled": True} if throttle else {})}
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from reminders import schedules
 from reminders.aws_http import AwsError, Credentials
 from reminders.local import stack
 from tests.aws_principals import function_roles
-from tests.conftest import Harness
+from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import register, tick, work
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "local-stack.md"
@@ -93,8 +93,14 @@ def _kept_in_readme() -> set[str]:
 def test_every_grant_a_function_has_is_one_it_calls(harness: Harness) -> None:
     """Drive the scanner, the consumer (webhook, e-mail and SMS sends, sealed secrets) and
     redrive through a pipeline; moto's decisions name each call's principal and action. A
-    function's grant it never used fails, unless docs/local-stack.md says why it is kept."""
+    function's grant it never used fails, unless docs/local-stack.md says why it is kept. The
+    consumer reads the SES account's sending quota at its cold start, as deployed
+    (``emailRateFromAccount``)."""
     h = harness
+    database_url = h.rt.settings.database_url
+    h.rt.close()
+    h.rt = make_runtime(database_url, _urls(h), h.endpoint, h.clock,
+                        email_rate_from_account="on")  # type: ignore[arg-type]
     url = register(h, h.receiver.hook_url("ok"))
     for channel, to in (("webhook", url), ("email", "ida@example.com"), ("sms", "+15555550100")):
         schedules.schedule(h.conn, tenant="acme", recipients=["r"], channel=channel, to=to,
@@ -121,5 +127,5 @@ def test_every_grant_a_function_has_is_one_it_calls(harness: Harness) -> None:
         assert not unused, (name, unused, report)
         assert called[name] <= granted_actions(roles[name].document), (name, report)
     assert called["consumer"] >= {"sqs:ReceiveMessage", "sqs:DeleteMessage", "ses:SendEmail",
-                                  "sns:Publish", "kms:Decrypt"}, report
+                                  "ses:GetSendQuota", "sns:Publish", "kms:Decrypt"}, report
     assert "sqs:SendMessage" in called["scanner"] and "sqs:SendMessage" in called["redrive"]

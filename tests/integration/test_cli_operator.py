@@ -602,6 +602,8 @@ REASON_COMMANDS: dict[str, tuple[list[str], bool, str | None]] = {
     "endpoints rotate-secret": (["endpoints", "rotate-secret", HOOK, "--secret", new_secret()],
                                 False, "endpoint"),
     "kinds set": (["kinds", "set", "trip", "--max-attempts", "3"], False, None),
+    "channels set": (["channels", "set", "email", "--rate", "14/s"], False, None),
+    "endpoints set": (["endpoints", "set", HOOK, "--rate", "50/s"], False, "endpoint"),
     "tenants set": (["tenants", "set", "acme", "--max-pending", "100", "--create"], False, None),
     "opt-out": (["opt-out", "--tenant", "acme", "--recipient", "a@example.com", "--channel",
                  "email"], False, None),

@@ -40,6 +40,7 @@ TRANSIENT_CODES = frozenset(
         "Throttled",
         "TooManyRequestsException",
         "RequestLimitExceeded",
+        "MaxSendingRateExceeded",
         "LimitExceededException",  # SES v2: sending quota or rate reached
         "KMSThrottling",
         "KMSThrottlingException",
@@ -57,6 +58,21 @@ TRANSIENT_CODES = frozenset(
         "SendingPausedException",  # SES v2: account sending paused
         "AccountSendingPausedException",  # SES v1
         "ConfigurationSetSendingPausedException",
+    }
+)
+
+# The provider's own rate limit: SES's maximum sending rate (v1 `Throttling` "Maximum sending
+# rate exceeded.", v2 `TooManyRequestsException`), SNS's SMS throughput (`Throttled`,
+# `ThrottlingException`). Such a send is retried without spending an attempt, and the channel's
+# bucket slows down (pacing.py); any 429 counts too.
+THROTTLE_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "Throttled",
+        "TooManyRequestsException",
+        "MaxSendingRateExceeded",
+        "RequestLimitExceeded",
     }
 )
 
@@ -133,6 +149,8 @@ def classify_client_error(error: ClientError, service: str) -> SendResult:
         outcome = Outcome.PERMANENT  # another 4xx: the request itself is wrong
     detail = _one_line(f"{service} {code}: {text}" if text else f"{service} {code}")
     extra: dict[str, Any] = {"error_code": code}
+    if code in THROTTLE_CODES or status == 429:
+        extra["throttled"] = True
     if config_error:
         detail = _one_line(f"configuration error (fix the setup; retried): {detail}")
         extra["config_error"] = True

@@ -80,13 +80,25 @@ class SesEmailChannel:
     name = "email"
     honours_idempotency_key = False
 
-    def __init__(self, client: SESV2Client, sender: str) -> None:
+    def __init__(self, client: SESV2Client, sender: str, quota_client: Any = None) -> None:
         require_single_attempt(client, "SES")
+        self._quota_client = quota_client  # SES v1, for the account's sending quota
         if not sender.strip():
             raise InvalidInput("SES sender address is empty")
         self._client = client
         self.sender = sender
         self._with_key_header = _custom_headers_supported(client)
+
+    def max_send_rate(self) -> float | None:
+        """The account's maximum sending rate (SES ``GetSendQuota``), None if it cannot be
+        read (the channel then stays as it is paced, or unpaced)."""
+        if self._quota_client is None:
+            return None
+        try:
+            rate = float(self._quota_client.get_send_quota()["MaxSendRate"])
+        except AWS_ERRORS:
+            return None
+        return rate if rate > 0 else None
 
     def send(self, message: Message, now: datetime) -> SendResult:
         try:

@@ -848,6 +848,8 @@ class WebhookChannel:
                 extra["location"] = location
         elif status in _TRANSIENT_4XX or 500 <= status < 600:
             outcome = Outcome.TRANSIENT
+            if status == 429:  # the receiver's own rate limit: paced, not failed (pacing.py)
+                extra["throttled"] = True
         elif 400 <= status < 500:
             outcome = Outcome.PERMANENT
         else:

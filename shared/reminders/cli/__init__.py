@@ -49,6 +49,7 @@ __all__ = ["BULK_STATES", "COMMAND_GROUPS", "DRILLS", "EXIT_STATUSES", "GROUPS",
 GROUPS = (
     "reminders.cli.local_stack",
     "reminders.cli.endpoints_kinds",
+    "reminders.cli.channels",
     "reminders.cli.scheduling",
     "reminders.cli_schedules",
     "reminders.cli.recovery",

@@ -331,6 +331,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--tenant", help="endpoints this tenant may use")
     _json_flag(p)
     p.set_defaults(func=cmd_endpoints_list)
+    from reminders.cli.channels import add_endpoint_parser
+
+    add_endpoint_parser(ep_sub)
 
     kinds = sub.add_parser("kinds", help="kinds of reminder and their policies")
     k_sub = kinds.add_subparsers(dest="action", required=True, parser_class=_Parser)

@@ -743,7 +743,10 @@ select d.id, d.tenant, d.schedule_id, d.generation, d.recipient, d.channel, d.de
                and o.channel = d.channel) as opted_out,
        e.id as endpoint_id, e.tenant as endpoint_tenant, e.secret as endpoint_secret,
        e.secret_ciphertext, e.secret_data_key, e.secret_key_id, e.next_secret_ciphertext,
-       e.next_secret_data_key, e.next_secret_key_id, e.overlap_until
+       e.next_secret_data_key, e.next_secret_key_id, e.overlap_until, d.throttles,
+       -- the bucket its send takes a token from (pacing.py), if its channel or endpoint is paced
+       (select c.key from channel_rates c where c.key = case when d.channel = 'webhook'
+            then 'webhook ' || d.destination else d.channel end) as pace_key
 from deliveries d
 join schedules s on s.id = d.schedule_id
 join kinds k on k.name = s.kind
@@ -782,6 +785,129 @@ with started as (
 insert into attempts (tenant, delivery_id, attempt_no, lease_token, started_at)
 select tenant, id, attempts_made, lease_token, %(now)s from started
 returning id, delivery_id, attempt_no;
+-- name: pace_take
+-- The tokens a batch's sends take (pacing.py): for each paced key, from one shard of its bucket
+-- this transaction can lock at once (SKIP LOCKED: a consumer never waits behind another; one
+-- that finds every shard taken gets no token). A shard refills at the rate in force (the set
+-- rate, lowered by throttles: AIMD) divided by the shards, up to burst / shards. The sends it
+-- cannot cover are given its next free slots (slot_base + k / shard_rate), where their
+-- deliveries are released due. Held only until the consumer's start transaction commits.
+with wanted as (
+    select w.key, w.n, c.shards, c.burst / c.shards as cap,
+           c.rate * least(1.0, c.factor + greatest(0, coalesce(
+               extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s)
+               / c.shards as shard_rate
+    from unnest(%(keys)s::text[], %(counts)s::integer[]) as w(key, n)
+    join channel_rates c on c.key = w.key
+), picked as (
+    select w.*, s.shard, s.tokens, s.refilled_at, s.reserved_until
+    from wanted w
+    left join lateral (
+        select r.shard, r.tokens, r.refilled_at, r.reserved_until from rate_shards r
+        where r.key = w.key order by mod(r.shard + %(spin)s, w.shards)
+        limit 1 for update of r skip locked
+    ) s on true
+), took as (
+    select p.key, p.shard, p.n, p.shard_rate, greatest(p.reserved_until, %(now)s) as slot_base,
+           least(p.cap, p.tokens + greatest(0, extract(epoch from
+               (%(now)s - p.refilled_at))::float8) * p.shard_rate) as avail
+    from picked p where p.shard is not null
+), granted as (
+    select t.*, least(t.n, floor(t.avail + 1e-9)::integer) as taken from took t
+), spent as (
+    update rate_shards r set
+        tokens = g.avail - g.taken, refilled_at = greatest(r.refilled_at, %(now)s),
+        reserved_until = g.slot_base + make_interval(secs => (g.n - g.taken) / g.shard_rate),
+        used_before = case when date_trunc('minute', %(now)s) <= r.minute then r.used_before
+                           when date_trunc('minute', %(now)s) = r.minute + interval '1 minute'
+                           then r.used else 0 end,
+        used = case when date_trunc('minute', %(now)s) <= r.minute then r.used + g.taken
+                    else g.taken end,
+        minute = greatest(r.minute, date_trunc('minute', %(now)s))
+    from granted g where r.key = g.key and r.shard = g.shard
+)
+select p.key, p.shard, coalesce(g.taken, 0) as taken, coalesce(g.slot_base, %(now)s) as slot_base,
+       p.shard_rate
+from picked p left join granted g on g.key = p.key;
+-- name: lease_release_paced
+-- Fenced as lease_release: hands back leases whose sends found no token, each due again at its
+-- bucket's slot. No attempt was started, so none is spent, and the lease does not count.
+with ours as (
+    select d.id, r.due_at, r.reason
+    from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(due_ats)s::timestamptz[],
+                %(reasons)s::text[]) as r(id, token, due_at, reason)
+    join deliveries d on d.id = r.id and d.lease_token = r.token
+    where (d.state = 'leased') is true and d.send_attempt is null
+    for update of d skip locked
+)
+update deliveries d set
+    state = case when d.attempts_made = 0 then 'scheduled' else 'retrying' end,
+    reason = ours.reason, due_at = ours.due_at, lease_token = null, lease_expires_at = null,
+    updated_at = %(now)s, received = false, leases = greatest(d.leases - 1, 0)
+from ours where d.id = ours.id
+returning d.id;
+-- name: deliveries_throttled
+-- Before their outcomes are settled, fenced as deliveries_settle: sends the provider throttled
+-- give their attempt back to the kind's budget (attempts_base), counted in throttles.
+update deliveries d set attempts_base = d.attempts_base + 1, throttles = d.throttles + 1
+from unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(attempt_nos)s::integer[])
+    as r(id, token, attempt_no)
+where d.id = r.id and d.lease_token = r.token
+  and (d.state = 'leased') is true and d.send_attempt is not distinct from r.attempt_no;
+-- name: pace_throttled
+-- AIMD's decrease: a provider throttled sends of these keys, so each bucket's rate in force is
+-- halved (down to a floor), at most once a second whatever the number of throttled sends; it
+-- climbs back by recover_per_second from then on (pace_take). A row another consumer is
+-- lowering at the same moment is skipped: that consumer halves it.
+with lowering as (
+    select key from channel_rates
+    where key = any(%(keys)s::text[])
+      and (throttled_at is null or throttled_at <= %(now)s - interval '1 second')
+    for update skip locked
+)
+update channel_rates c set
+    factor = greatest(%(floor)s, 0.5 * least(1.0, c.factor + greatest(0, coalesce(
+        extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s)),
+    throttled_at = %(now)s, throttles = c.throttles + 1
+from lowering l where c.key = l.key
+returning c.key, c.factor;
+-- name: rate_set
+-- A key's rate and burst: an operator's (source 'set') always; the SES account's default
+-- (source 'account') only where no operator set one, and only when it changed. Returns the row
+-- when it changed (its bucket is then reset with rate_shards_reset).
+insert into channel_rates (key, rate, burst, shards, source, updated_at)
+values (%(key)s, %(rate)s, %(burst)s, %(shards)s, %(source)s, %(now)s)
+on conflict (key) do update set
+    rate = excluded.rate, burst = excluded.burst, shards = excluded.shards,
+    source = excluded.source, factor = 1, throttled_at = null, updated_at = excluded.updated_at
+where excluded.source = 'set'
+   or (channel_rates.source = 'account' and (channel_rates.rate, channel_rates.burst)
+       is distinct from (excluded.rate, excluded.burst))
+returning key, rate, burst, shards, source, updated_at;
+-- name: rate_shards_reset
+-- A key's bucket after its rate changed: its shards full, their slots free (usage kept).
+with extra as (delete from rate_shards where key = %(key)s and shard >= %(shards)s)
+insert into rate_shards (key, shard, tokens, refilled_at, reserved_until, minute)
+select %(key)s, g, %(burst)s::float8 / %(shards)s, %(now)s, %(now)s, date_trunc('minute', %(now)s)
+from generate_series(0, %(shards)s - 1) as g
+on conflict (key, shard) do update set tokens = excluded.tokens,
+    refilled_at = excluded.refilled_at, reserved_until = excluded.reserved_until;
+-- name: rate_remove
+delete from channel_rates where key = %(key)s returning key;
+-- name: rates_list
+-- Every paced key, its rate in force, and the sends its bucket granted in the previous whole
+-- minute and so far in this one.
+select c.key, c.rate, c.burst, c.shards, c.source, c.throttles, c.throttled_at, c.updated_at,
+       c.rate * least(1.0, c.factor + greatest(0, coalesce(
+           extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s)
+           as rate_now,
+       coalesce(sum(case when s.minute = date_trunc('minute', %(now)s) then s.used_before
+                         when s.minute = date_trunc('minute', %(now)s) - interval '1 minute'
+                         then s.used else 0 end), 0)::bigint as used_last_minute,
+       coalesce(sum(case when s.minute = date_trunc('minute', %(now)s) then s.used else 0 end),
+                0)::bigint as used_this_minute
+from channel_rates c left join rate_shards s on s.key = c.key
+group by c.key order by c.key;
 -- name: deliveries_paused
 -- Why attempts_start started nothing for these rows (a tenant or a schedule paused since the
 -- re-check): CROSS-TENANT by ids the caller holds leases on.
@@ -1162,6 +1288,10 @@ from counted
 group by tenant, kind, channel
 order by seconds desc, tenant, kind, channel
 limit 50;
+
+-- name: endpoint_by_url
+-- Whether any tenant (or every tenant) has this URL registered.
+select id from endpoints where url = %(url)s limit 1;
 
 -- name: endpoint_remove
 delete from endpoints where url = %(url)s and coalesce(tenant, '') = coalesce(%(tenant)s, '')

@@ -31,6 +31,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from email.utils import parseaddr
 from pathlib import Path
@@ -63,6 +64,15 @@ OLDEST_PATH = "/_reminders/sqs-oldest"
 AUTHORIZED_AS = {"sqs:SendMessageBatch": "SendMessage", "sqs:DeleteMessageBatch": "DeleteMessage",
                  "sqs:ChangeMessageVisibilityBatch": "ChangeMessageVisibility"}
 DECISIONS: list[dict[str, str]] = []
+# The SES stand-in's own count of e-mails it accepted (what pacing is measured by) and a
+# provider throttle a test turns on and off: ``GET SES_PATH`` answers {"sent", "throttled",
+# "throttling"}; ``POST SES_PATH`` with {"throttle": true|false} turns throttling on or off.
+# While on, every SendEmail that IAM allows is answered as SES answers one over the account's
+# maximum sending rate (429 TooManyRequestsException), and nothing is sent.
+SES_PATH = "/_reminders/ses"
+SES_SEND_PATH = "/v2/email/outbound-emails"
+SES_STATE = {"sent": 0, "throttled": 0, "throttling": False}
+_SES_COUNTING = threading.Lock()  # the server answers each request on a thread of its own
 
 
 class _NoDelayHandler(MotoRequestHandler):
@@ -115,6 +125,10 @@ def refuse_open_doors(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iter
             taken = list(DECISIONS)
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps({"count": len(taken), "decisions": taken[start:]}).encode()]
+        if path == SES_PATH:
+            return _ses_control(environ, start_response)
+        if path == SES_SEND_PATH and environ.get("REQUEST_METHOD") == "POST":
+            return _ses_send(app, environ, start_response)
         if path == OLDEST_PATH and environ.get("REQUEST_METHOD") == "GET":
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps(oldest_messages()).encode()]
@@ -124,6 +138,42 @@ def refuse_open_doors(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iter
         return _json_refusals(app, environ, start_response)
 
     return route
+
+
+def _ses_control(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    if environ.get("REQUEST_METHOD") == "POST":
+        size = int(environ.get("CONTENT_LENGTH") or 0)
+        asked = json.loads(environ["wsgi.input"].read(size) or b"{}")
+        SES_STATE["throttling"] = bool(asked.get("throttle"))
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps(SES_STATE).encode()]
+
+
+def _ses_send(app: Callable[..., Iterable[bytes]], environ: dict[str, Any],
+              start_response: Any) -> Iterable[bytes]:
+    """SendEmail, counted; throttled (after IAM allowed it, as AWS decides) while a test
+    says so."""
+    held: list[Any] = []
+
+    def hold(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        held[:] = [status, headers, exc_info]
+        return lambda data: None
+
+    body = b"".join(_json_refusals(app, environ, hold))
+    status, headers, exc_info = held
+    if status.startswith("200") and SES_STATE["throttling"]:
+        with _SES_COUNTING:
+            SES_STATE["throttled"] += 1
+        body = json.dumps({"message": "Maximum sending rate exceeded."}).encode()
+        start_response("429 Too Many Requests", [
+            ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+            ("x-amzn-ErrorType", "TooManyRequestsException")])
+        return [body]
+    if status.startswith("200"):
+        with _SES_COUNTING:
+            SES_STATE["sent"] += 1
+    start_response(status, headers, exc_info)
+    return [body]
 
 
 def oldest_messages() -> dict[str, int | None]:

@@ -317,6 +317,18 @@ def _decisions(endpoint_url: str, since: int) -> dict[str, Any]:
     return found
 
 
+def ses_state(endpoint_url: str, throttle: bool | None = None) -> dict[str, Any]:
+    """The SES stand-in's count of e-mails sent and throttled; ``throttle`` turns its
+    provider throttle on or off (moto_server.SES_PATH)."""
+    from reminders.local.moto_server import SES_PATH
+
+    data = None if throttle is None else json.dumps({"throttle": throttle}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint_url}{SES_PATH}", data=data),
+                                timeout=10) as answer:
+        found: dict[str, Any] = json.loads(answer.read())
+    return found
+
+
 def register_administrator(endpoint_url: str, credentials: Credentials) -> None:
     _administrators[endpoint_url] = credentials
 

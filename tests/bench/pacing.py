@@ -1,0 +1,190 @@
+"""What pacing does and costs (``pacing``): sends a second at the rate limit from 1 and from 8
+consumers, and what the token bucket costs each send in Postgres, against a send without it.
+
+``rate_1`` / ``rate_8``: a webhook endpoint paced at ``RATE`` a second (burst ``BURST``), a
+backlog of three times what ``SECONDS`` can send, the service's own ``scanner.tick`` in a
+loop and 1 or 8 consumer threads (each its own connection through the pooler) running
+``consumer.process_batch`` on batches of 10 from an in-memory queue, all on the wall clock. The
+channel records each send's time (a port the project owns: it answers at once). Reported: the
+rate over the run after its first second (the bucket's initial burst spent), as a ratio to
+``RATE`` (goal: 0.95 to 1.0), the rate over the whole run (at most ``RATE`` + ``BURST`` / its
+length: a token bucket's bound), and the most sends in any one-second window (at most ``RATE`` +
+``BURST``: a consumer that stalls lets the bucket fill up to its burst again).
+``RATE`` is one a single consumer reaches on a loaded two-core machine; above what the
+consumers can take, the rate they reach is theirs, not the bucket's.
+
+``cost``: batches of 10 leased deliveries settled by one consumer, with the endpoint unpaced
+and then paced at a rate that never runs out (so both send every delivery); statements the
+consumer ran (named, through ``db.before_statement``), round trips, and the WAL written, each
+per send, and their ratios paced / unpaced.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from reminders import consumer, db, pacing, scanner
+from tests.bench.support import (
+    NOW,
+    URL,
+    Cluster,
+    MemoryQueue,
+    RecordingChannel,
+    WallClock,
+    add_schedule,
+    fresh_db,
+    runtime,
+    sqs_event,
+)
+from tests.round_trips import count_round_trips
+
+Figures = dict[str, Any]
+RATE = 20.0
+BURST = 20.0
+SECONDS = 8.0
+BATCH = 10
+COST_BATCHES = 30
+
+
+def _rate_run(server: Cluster, consumers: int) -> Figures:
+    conn, url = fresh_db(server, f"bench_pacing_{consumers}")
+    backlog = int(RATE * SECONDS * 3)
+    add_schedule(conn, tenant="acme", key="paced", due=NOW - timedelta(minutes=1),
+                 recipients=[f"p{i}" for i in range(backlog)])
+    clock = WallClock(NOW)
+    pacing.set_rate(conn, pacing.endpoint_key(URL), RATE, BURST, clock.now())
+    queue = MemoryQueue()
+    channel = RecordingChannel()
+    scan = runtime(url, clock, queue, {}, scan_batch=100, inflight_budget=400,
+                   refill_patience_seconds=0, scan_seconds=1)
+    fleet = [runtime(url, clock, queue, {"webhook": channel}, send_concurrency=BATCH)
+             for _ in range(consumers)]
+    stop = threading.Event()
+    failed: list[int] = []
+
+    def scan_loop() -> None:
+        while not stop.is_set():
+            scanner.tick(scan)
+            stop.wait(0.05)
+
+    def consume(rt: Any) -> None:
+        while not stop.is_set():
+            bodies = queue.take(BATCH)
+            if not bodies:
+                stop.wait(0.005)
+                continue
+            answer = consumer.process_batch(sqs_event(bodies), rt)
+            failed.append(len(answer["batchItemFailures"]))
+            queue.done(len(bodies))
+
+    threads = [threading.Thread(target=scan_loop)] + [
+        threading.Thread(target=consume, args=(rt,)) for rt in fleet]
+    for t in threads:
+        t.start()
+    time.sleep(SECONDS)
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    for rt in [scan, *fleet]:
+        rt.close()
+    conn.close()
+    times = sorted(t for _, t in channel.sends)
+    start = times[0]
+    after = [t for t in times if t >= start + 1.0]
+    span = (after[-1] - (start + 1.0)) if after else 0.0
+
+    def most_in_a_second(ts: list[float]) -> int:
+        best, j = 0, 0
+        for i, t in enumerate(ts):
+            while ts[j] <= t - 1.0:
+                j += 1
+            best = max(best, i - j + 1)
+        return best
+
+    steady = len(after) / span if span > 0 else 0.0
+    whole = (times[-1] - start) if len(times) > 1 else 0.0
+    return {"consumers": consumers, "rate_set_per_s": RATE, "burst": BURST,
+            "sent": len(times), "failed_messages": sum(failed),
+            "rate_after_first_second_per_s": steady,
+            "ratio_to_rate": steady / RATE,
+            "within_5_percent": abs(steady / RATE - 1) <= 0.05,
+            "rate_over_the_whole_run_per_s": len(times) / whole if whole else 0.0,
+            "bound_over_the_whole_run_per_s": RATE + BURST / whole if whole else 0.0,
+            "most_in_one_second_after_the_first": most_in_a_second(after),
+            "most_in_one_second_at_all": most_in_a_second(times),
+            "bound_in_one_second": RATE + BURST}
+
+
+@contextmanager
+def _statements() -> Iterator[list[str]]:
+    names: list[str] = []
+    before = db.before_statement
+    db.before_statement = names.append
+    try:
+        yield names
+    finally:
+        db.before_statement = before
+
+
+def _cost_run(server: Cluster, paced: bool) -> Figures:
+    conn, url = fresh_db(server, f"bench_pacing_cost_{int(paced)}")
+    total = BATCH * COST_BATCHES
+    add_schedule(conn, tenant="acme", key="cost", due=NOW - timedelta(minutes=1),
+                 recipients=[f"c{i}" for i in range(total)])
+    if paced:  # never runs out: every send takes a token, none waits
+        pacing.set_rate(conn, pacing.endpoint_key(URL), 100_000.0, 100_000.0, NOW)
+    queue = MemoryQueue()
+    scan = runtime(url, _Fixed(), queue, {}, scan_batch=1000, inflight_budget=100_000,
+                   scan_seconds=600)
+    assert scanner.tick(scan).leased == total
+    scan.close()
+    rt = runtime(url, _Fixed(), queue, {"webhook": RecordingChannel()}, send_concurrency=BATCH)
+    rt_conn = rt.connection()
+    statements, trips, wal = [], [], []
+    for _ in range(COST_BATCHES):
+        bodies = queue.take(BATCH)
+        lsn = conn.execute("select pg_current_wal_lsn() as lsn").fetchone()
+        def one_batch(b: list[str] = bodies) -> Any:
+            return consumer.process_batch(sqs_event(b), rt)
+
+        with _statements() as names:
+            trips.append(count_round_trips(rt_conn, one_batch))
+        statements.append(len(names))
+        row = conn.execute("select pg_wal_lsn_diff(pg_current_wal_lsn(), %s) as n",
+                           ((lsn or {})["lsn"],)).fetchone()
+        wal.append(float((row or {})["n"]))
+        queue.done(len(bodies))
+    sent = conn.execute("select count(*) as n from deliveries where state = 'sent'").fetchone()
+    assert sent is not None and sent["n"] == total, sent
+    rt.close()
+    conn.close()
+    return {"statements_per_send": statistics.median(statements) / BATCH,
+            "round_trips_per_batch": statistics.median(trips),
+            "wal_bytes_per_send": statistics.median(wal) / BATCH}
+
+
+class _Fixed:
+    def now(self) -> Any:
+        return NOW
+
+
+def bench_pacing(server: Cluster) -> Figures:
+    unpaced = _cost_run(server, paced=False)
+    paced = _cost_run(server, paced=True)
+    return {
+        "goal": "sends at the rate (within 5%, never above) from 1 and 8 consumers; the bucket's "
+                "Postgres cost per send as a ratio to a send without pacing",
+        "rate_1": _rate_run(server, 1), "rate_8": _rate_run(server, 8),
+        "cost": {"unpaced": unpaced, "paced": paced,
+                 "statements_ratio": paced["statements_per_send"]
+                 / unpaced["statements_per_send"],
+                 "wal_bytes_ratio": paced["wal_bytes_per_send"] / unpaced["wal_bytes_per_send"],
+                 "round_trips_ratio": paced["round_trips_per_batch"]
+                 / unpaced["round_trips_per_batch"]},
+    }
