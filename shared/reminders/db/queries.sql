@@ -1033,11 +1033,14 @@ where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)
 -- name: tenants_list
 -- CROSS-TENANT: the operator's list. Pending counts are the kept counts (delivery_counts,
 -- summed over its groups and shards: O(groups) a tenant), never the deliveries themselves, so
--- a paused tenant's backlog is not walked at every listing.
+-- a paused tenant's backlog is not walked at every listing. Active schedules are counted up to
+-- %(counted)s and one more (the entries of schedules_tenant_active, migration 0026): at most
+-- that many index entries a tenant, whatever it has made or ended over the years.
 select t.id as tenant, t.paused, t.created_at,
        (select coalesce(sum(c.n), 0) from delivery_counts c where c.tenant = t.id
           and c.state in ('scheduled', 'retrying', 'leased')) as pending,
-       (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules,
+       (select count(*) from (select from schedules s where s.tenant = t.id
+          and s.state = 'active' limit %(counted)s + 1) a) as schedules,
        coalesce(t.max_pending, d.max_pending) as max_pending,
        coalesce(t.schedules_per_minute, d.schedules_per_minute) as schedules_per_minute,
        t.max_pending is null and t.schedules_per_minute is null as default_limits
