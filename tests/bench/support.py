@@ -150,8 +150,9 @@ def add_rows(conn: db.Connection, *, tenant: str, schedule_id: int, count: int,
                'bench:' || %(sid)s || ':' || g, w.at, '1', w.at, %(state)s,
                case when %(state)s = 'sent' then 'bench' end, %(created)s, %(created)s
         from generate_series(%(first)s::bigint, %(last)s::bigint) g
-        cross join lateral (select %(due)s::timestamptz
-                                   - random() * %(spread)s::interval + 0 * g as at) w""",
+        cross join lateral (  -- a draw per row (g makes the subquery correlated)
+            select %(due)s::timestamptz - random() * %(spread)s::interval
+                   + g * interval '0 s' as at) w""",
                  {"tenant": tenant, "sid": schedule_id, "url": url, "due": due,
                   "state": state, "created": due - timedelta(days=1), "first": first,
                   "last": first + count - 1, "spread": spread or timedelta(0)})
