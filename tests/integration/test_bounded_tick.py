@@ -192,5 +192,22 @@ def test_tenants_list_counts_pending_from_the_kept_counts_not_a_paused_backlog(
     assert listed["busy00"] == 20
 
 
+def test_retention_never_walks_a_longer_kept_kind_by_its_last_change(harness: Harness) -> None:
+    """The console's index of every delivery by its last change (migration 0025) serves the
+    purge's order too: with 200,000 terminal rows of a kind kept 30 days (and none of it
+    younger), the planner took it for the kind kept an hour and read every one of them to
+    purge ten. Each kind's purge reads its own range of the terminal-age index only."""
+    h = harness
+    h.conn.execute("insert into kinds (name, retention) values ('brief', '1 hour'),"
+                   " ('kept', '30 days')")
+    _terminal_rows(h, "brief", 10, timedelta(hours=2))
+    _terminal_rows(h, "kept", 2 * KEPT_ROWS, timedelta(days=3))
+    h.conn.execute("vacuum analyze")
+    reads = db_reads(h, "retention_purge", {"now": h.clock.now(), "limit": 1000})
+    assert reads["rows_read"] <= 50, reads  # the brief kind's ten, a probe of each kind
+    purged = db.fetch_one(h.conn, "retention_purge", {"now": h.clock.now(), "limit": 1000})
+    assert purged is not None and purged["deliveries"] == 10
+
+
 def db_reads(h: Harness, name: str, params: dict[str, Any]) -> dict[str, int]:
     return statement_reads(h.conn, name, params)

@@ -522,14 +522,18 @@ returning d.id;
 -- with their attempts and events (a delivery whose series has not advanced yet stays), and the
 -- day's totals say how many. Each kind's own range of the terminal-age index (which leads with
 -- the kind, migration 0020), oldest first: rows a kind keeps are never read, whatever other
--- kinds keep. O(kinds + rows purged).
+-- kinds keep. O(kinds + rows purged). The kind's range is written as two row comparisons on
+-- (kind, updated_at), and ordered by (kind, updated_at, id): only an index that leads with the
+-- kind serves either, never one by updated_at alone (deliveries_browse_updated, migration
+-- 0025), which the planner took at a million rows and read every row of the other kinds with.
 with old as (
     select o.id from kinds k cross join lateral (
         select d.id from deliveries d
-        where d.kind = k.name
+        where (d.kind, d.updated_at) >= (k.name, '-infinity'::timestamptz)
+          and (d.kind, d.updated_at) < (k.name, %(now)s - k.retention)
           and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
-          and not d.advance_series and d.updated_at < %(now)s - k.retention
-        order by d.updated_at, d.id
+          and not d.advance_series
+        order by d.kind, d.updated_at, d.id
         limit %(limit)s
         for update of d skip locked) o
     limit %(limit)s
