@@ -23,7 +23,8 @@ def load_rows(conn: db.Connection, ids: list[int]) -> dict[int, db.Row]:
     """Everything the re-check needs for a whole batch, in one round trip."""
     if not ids:
         return {}
-    return {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load", {"ids": ids})}
+    return {int(r["id"]): r for r in db.fetch_all(conn, "recheck_load", {"ids": ids},
+                                                     every_instant=True)}
 
 
 def parse(event: dict[str, Any]) -> dict[str, LeaseMessage | InvalidInput]:

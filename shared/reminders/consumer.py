@@ -28,6 +28,7 @@ from reminders.batch import parse, partial_response
 from reminders.channels.base import Message, Outcome, SendResult
 from reminders.cli_format import duration
 from reminders.clock import TimeLeft, iso
+from reminders.db.instants import unreadable_reason
 from reminders.endpoints import signing_secrets
 from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from reminders.observability import logger
@@ -73,6 +74,9 @@ def recheck(row: db.Row, token: Any, now: datetime) -> Decision:
         return Decision("ignore", None, f"a send is already in flight under this lease "
                                         f"(attempt {row['send_attempt']}, until "
                                         f"{iso(row['send_deadline'])})")
+    unreadable = unreadable_reason(row)
+    if unreadable is not None:  # loaded on its own terms (recheck_load): parks it alone
+        return Decision("settle", "failed", unreadable)
     if row["lease_expires_at"] <= now:
         return Decision("ignore", None, "lease expired before the message was processed; "
                                         "the scanner will take it again")
@@ -308,7 +312,9 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
         # One implicit transaction from here to the end of the pipeline: the row locks are
         # held while the decisions are made, and the writes commit together.
         locked = db.submit(conn, "deliveries_lock", {"ids": ids})
-        loaded = db.submit(conn, "recheck_load", {"ids": ids})
+        # Each row on its own terms: one holding an instant Python cannot hold is parked by
+        # its re-check, never the batch's read.
+        loaded = db.submit(conn, "recheck_load", {"ids": ids}, every_instant=True)
         held = {int(r["id"]) for r in locked.rows()}
         rows = {int(r["id"]): r for r in loaded.rows()}
         for message_id, message in _acting(leases, rows).items():
@@ -362,7 +368,10 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
     for message_id, *_ in writes.settles:
         message, row = acting[message_id]
         decided[message_id] = states.get(message.delivery_id, "fenced")
-        if decided[message_id] in TERMINAL and row["recurring"]:
+        # A row that cannot be read back is not advanced here: its series' next occurrence
+        # is the scanner's, which reports one it cannot make on its own.
+        if decided[message_id] in TERMINAL and row["recurring"] and \
+                unreadable_reason(row) is None:
             run.ended.append(row)
     paused: list[tuple[str, db.Row, Any]] = []
     for message_id, row, token, _ in writes.starts:

@@ -448,13 +448,23 @@ def _page(conn: db.Connection, query: str, *, limit: int, state: str | None,
     return [{**_page_row(r), "id": r["id"]} for r in rows[:limit]], len(rows) > limit
 
 
+# The tenants list counts each tenant's active schedules up to this many (then says more): the
+# listing reads at most this many index entries a tenant, never every schedule it has.
+COUNTED_SCHEDULES = 1000
+
+
 def tenants(conn: db.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
+    """The first ``limit`` tenants: paused or not, pending deliveries (the kept counts),
+    active schedules (counted up to COUNTED_SCHEDULES; ``schedules_more`` when past it)."""
     return [{"tenant": r["tenant"], "paused": r["paused"], "pending": int(r["pending"]),
-             "schedules": int(r["schedules"]), "created_at": iso(r["created_at"]),
+             "schedules": min(int(r["schedules"]), COUNTED_SCHEDULES),
+             "schedules_more": int(r["schedules"]) > COUNTED_SCHEDULES,
+             "created_at": iso(r["created_at"]),
              "max_pending": int(r["max_pending"]),
              "schedules_per_minute": int(r["schedules_per_minute"]),
              "default_limits": bool(r["default_limits"])}
-            for r in db.fetch_all(conn, "tenants_list", {"limit": limit})]
+            for r in db.fetch_all(conn, "tenants_list", {"limit": limit,
+                                                         "counted": COUNTED_SCHEDULES})]
 
 
 # The largest limit a tenant may be given (a bigint holds it, and nothing reaches it).

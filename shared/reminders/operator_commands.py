@@ -171,7 +171,8 @@ def tenants_list(conn: db.Connection) -> Outcome:
 
     rows = operator.tenants(conn)
     return Outcome(rows, table(["tenant", "paused", "pending", "schedules"], [
-        (r["tenant"], r["paused"], r["pending"], r["schedules"]) for r in rows])
+        (r["tenant"], r["paused"], r["pending"],
+         f"{r['schedules']}+" if r["schedules_more"] else r["schedules"]) for r in rows])
         if rows else "no tenants")
 
 

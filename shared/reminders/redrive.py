@@ -12,6 +12,7 @@ from reminders import db
 from reminders.batch import Record, partial_response, read
 from reminders.clock import iso
 from reminders.consumer import content_check, settle
+from reminders.db.instants import unreadable_reason
 from reminders.errors import Conflict, InvalidInput
 from reminders.observability import logger
 from reminders.queue import LeaseMessage
@@ -74,7 +75,7 @@ def decide(rt: Runtime, conn: db.Connection, message: LeaseMessage, message_id: 
         # as "already due again" with that lease left to expire.
         db.execute(conn, "deliveries_take_leases", {
             "ids": ids, "tokens": [message.lease_token], "now": now})
-        (row,) = db.fetch_all(conn, "recheck_load", {"ids": ids})
+        (row,) = db.fetch_all(conn, "recheck_load", {"ids": ids}, every_instant=True)
         return _decide_locked(rt, conn, row, message, message_id, now)
 
 
@@ -95,6 +96,11 @@ def _decide_locked(rt: Runtime, conn: db.Connection, row: db.Row, message: Lease
     if row["lease_token"] != message.lease_token and not expired:
         return _drop(conn, row, now, "held by a newer live lease", message_id)
     token = row["lease_token"]
+    unreadable = unreadable_reason(row)
+    if unreadable is not None:  # loaded on its own terms: this delivery is parked, alone
+        settle(conn, row, token, "failed", unreadable, None, now)
+        _drop(conn, row, now, unreadable, message_id)
+        return "failed"
     check = content_check(row, now)
     if check.action == "release":  # tenant paused: due again, waits for the resume
         db.execute(conn, "lease_release", {"ids": [row["id"]], "tokens": [token],

@@ -4,8 +4,9 @@ what the statement has no work for. Each ratio large / small should stay within 
 
 - ``lease``: a lease pass (batch 100), the tenant count, the lateness and the next due time,
   with 20 tenants holding due work, then with 20,000 idle tenants more.
-- ``paused``: the tick's lateness and every statement ``status`` runs, without and with a
-  paused tenant's due backlog of ``BENCH_BOUNDS_ROWS`` rows (default 1,000,000).
+- ``paused``: the tick's lateness, every statement ``status`` runs and the tenants list,
+  without and with a paused tenant's due backlog of ``BENCH_BOUNDS_ROWS`` rows (default
+  1,000,000).
 - ``purge``: the retention purge with two kinds (kept an hour and 30 days) and ten rows of the
   short kind past their hour, without and with ``BENCH_BOUNDS_ROWS`` terminal rows of the long
   kind it keeps.
@@ -18,7 +19,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from reminders import db, schedules
+from reminders import db, operator, schedules
 from tests.bench.support import (
     NOW,
     URL,
@@ -84,8 +85,9 @@ def _paused(server: Cluster) -> dict[str, Any]:
         add_rows(conn, tenant=f"busy{t}", schedule_id=sid, count=19, due=due, first=2)
     held = add_schedule(conn, tenant="held", key="held", due=NOW - timedelta(hours=2))
     conn.execute("update tenants set paused = true where id = 'held'")
-    names = ("oldest_overdue", *STATUS)
-    params = {"now": NOW, "cap": 1000, "tenant": None}
+    names = ("oldest_overdue", *STATUS, "tenants_list")
+    params = {"now": NOW, "cap": 1000, "tenant": None, "limit": 1000,
+              "counted": operator.COUNTED_SCHEDULES}
     small = _reads(conn, names, params)
     started = time.perf_counter()
     add_rows(conn, tenant="held", schedule_id=held, count=_rows(), due=NOW - timedelta(hours=1),
@@ -122,5 +124,16 @@ def _purge(server: Cluster) -> dict[str, Any]:
     return {"kept_terminal_rows": _rows(), "build_s": build_s, **_compare(small, large)}
 
 
+def _worst(case: dict[str, Any]) -> float:
+    """The largest ratio, buffers or rows read, of any statement of a case."""
+    return max((float(stmt[what]) for stmt in case.values() if isinstance(stmt, dict)
+                for what in ("buffers_ratio", "rows_read_ratio")), default=0.0)
+
+
 def bench_bounds(server: Cluster) -> dict[str, Any]:
-    return {"lease": _lease(server), "paused": _paused(server), "purge": _purge(server)}
+    """The three cases; ``worst_ratio``: the largest large / small of any statement's buffers
+    or rows read, which the goal holds within 1.2."""
+    cases = {"lease": _lease(server), "paused": _paused(server), "purge": _purge(server)}
+    worst = {name: _worst(case) for name, case in cases.items()}
+    return {"goal": "every buffers_ratio and rows_read_ratio <= 1.2", **cases,
+            "worst_ratio": worst, "within_goal": all(w <= 1.2 for w in worst.values())}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.metadata
+import random
 import uuid
 from collections.abc import Coroutine
 from datetime import timedelta
@@ -57,12 +58,15 @@ class PgQueuer:
     def _run(self, work: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(work)
 
-    def fill(self, jobs: int, chunk: int = 10_000) -> None:
-        """Install PgQueuer's schema and queue ``jobs`` jobs, all due now."""
+    def fill(self, jobs: int, chunk: int = 10_000, spread: timedelta | None = None) -> None:
+        """Install PgQueuer's schema and queue ``jobs`` jobs, all due now; with ``spread``,
+        each due at random over that time before now (its ``execute_after``: all are due)."""
         self._run(self.queries.install())
+        rng = random.Random(25)
         for start in range(0, jobs, chunk):
             n = min(chunk, jobs - start)
-            self._run(self.queries.enqueue([ENTRYPOINT] * n, [None] * n, [0] * n))
+            after = None if spread is None else [-spread * rng.random() for _ in range(n)]
+            self._run(self.queries.enqueue([ENTRYPOINT] * n, [None] * n, [0] * n, after))
         self._run(self.conn.execute("vacuum analyze"))
 
     def dequeue(self, batch: int = 100) -> int:

@@ -134,33 +134,40 @@ def add_schedule(conn: db.Connection, *, tenant: str, key: str, due: datetime,
 
 
 def add_rows(conn: db.Connection, *, tenant: str, schedule_id: int, count: int,
-             due: datetime, state: str = "scheduled", first: int = 1, url: str = URL) -> None:
+             due: datetime, state: str = "scheduled", first: int = 1, url: str = URL,
+             spread: timedelta | None = None) -> None:
     """``count`` more deliveries of a schedule in one statement, shaped as ``schedule()``
     writes them (a fan-out's recipients ``r<first>`` ...). Much faster than the API for
-    building large tables; the rows are indistinguishable to the scanner."""
+    building large tables; the rows are indistinguishable to the scanner. ``spread``: each
+    row due at random in the ``spread`` before ``due`` (a day of one-offs), not all at once;
+    the rows' order on disk then says nothing of their due order."""
     with untimed(conn):
         conn.execute("""
         insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
                                 delivery_key, occurrence_at, revision, due_at, state, reason,
                                 created_at, updated_at)
         select %(tenant)s, %(sid)s, 0, 'r' || g, 'webhook', %(url)s,
-               'bench:' || %(sid)s || ':' || g, %(due)s, '1', %(due)s, %(state)s,
+               'bench:' || %(sid)s || ':' || g, w.at, '1', w.at, %(state)s,
                case when %(state)s = 'sent' then 'bench' end, %(created)s, %(created)s
-        from generate_series(%(first)s::bigint, %(last)s::bigint) g""",
+        from generate_series(%(first)s::bigint, %(last)s::bigint) g
+        cross join lateral (  -- a draw per row (g makes the subquery correlated)
+            select %(due)s::timestamptz - random() * %(spread)s::interval
+                   + g * interval '0 s' as at) w""",
                  {"tenant": tenant, "sid": schedule_id, "url": url, "due": due,
                   "state": state, "created": due - timedelta(days=1), "first": first,
-                  "last": first + count - 1})
+                  "last": first + count - 1, "spread": spread or timedelta(0)})
 
 
 def backlog(conn: db.Connection, *, due_rows: int, done_rows: int = 0, tenant: str = "big",
-            due: datetime = NOW - timedelta(minutes=1)) -> None:
+            due: datetime = NOW - timedelta(minutes=1), spread: timedelta | None = None) -> None:
     """One tenant's fan-out: ``due_rows`` due at one instant (a tie group, the hard case for
-    an index on the due time alone), after ``done_rows`` terminal ones of the same schedule."""
+    an index on the due time alone), after ``done_rows`` terminal ones of the same schedule;
+    with ``spread``, due at random over that time before ``due`` instead (add_rows)."""
     sid = add_schedule(conn, tenant=tenant, key=f"fan-{tenant}", due=due)
     if done_rows:
         add_rows(conn, tenant=tenant, schedule_id=sid, count=done_rows, due=due, state="sent")
     add_rows(conn, tenant=tenant, schedule_id=sid, count=due_rows - 1, due=due,
-             first=done_rows + 1)
+             first=done_rows + 1, spread=spread)
     conn.execute("vacuum analyze")
 
 

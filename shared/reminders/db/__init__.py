@@ -256,9 +256,14 @@ SQL_API_ERRORS: dict[str, type[InvalidInput] | type[NotFound]] = {
 
 
 def fetch_all(conn: Connection, name: str, params: Params = None, *,
-              source: str = SERVICE) -> list[Row]:
+              source: str = SERVICE, every_instant: bool = False) -> list[Row]:
+    """A named statement's rows. ``every_instant``: each row loads on its own terms, an
+    instant Python cannot hold as an :class:`~reminders.db.instants.UnreadableInstant` (for
+    the readers that park such a row and go on with the rest)."""
     _before(name)
     with translate_errors(), conn.cursor() as cur:
+        if every_instant:
+            _every_instant(cur)
         cur.execute(query(name, source), params)
         return list(cur.fetchall()) if cur.description else []
 
@@ -316,13 +321,23 @@ class Pending:
             return list(self._cursor.fetchall())
 
 
-def submit(conn: Connection, name: str, params: Params = None) -> Pending:
-    """Send a named statement without waiting for it (inside :func:`pipeline`)."""
+def submit(conn: Connection, name: str, params: Params = None, *,
+           every_instant: bool = False) -> Pending:
+    """Send a named statement without waiting for it (inside :func:`pipeline`);
+    ``every_instant`` as for :func:`fetch_all`."""
     _before(name)
     cursor = conn.cursor()
+    if every_instant:
+        _every_instant(cursor)
     with translate_errors():
         cursor.execute(query(name), params)
     return Pending(cursor)
+
+
+def _every_instant(cursor: psycopg.Cursor[Any]) -> None:
+    from reminders.db.instants import load_every_instant
+
+    load_every_instant(cursor)
 
 
 def _before(name: str) -> None:

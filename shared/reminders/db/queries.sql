@@ -522,14 +522,18 @@ returning d.id;
 -- with their attempts and events (a delivery whose series has not advanced yet stays), and the
 -- day's totals say how many. Each kind's own range of the terminal-age index (which leads with
 -- the kind, migration 0020), oldest first: rows a kind keeps are never read, whatever other
--- kinds keep. O(kinds + rows purged).
+-- kinds keep. O(kinds + rows purged). The kind's range is written as two row comparisons on
+-- (kind, updated_at), and ordered by (kind, updated_at, id): only an index that leads with the
+-- kind serves either, never one by updated_at alone (deliveries_browse_updated, migration
+-- 0025), which the planner took at a million rows and read every row of the other kinds with.
 with old as (
     select o.id from kinds k cross join lateral (
         select d.id from deliveries d
-        where d.kind = k.name
+        where (d.kind, d.updated_at) >= (k.name, '-infinity'::timestamptz)
+          and (d.kind, d.updated_at) < (k.name, %(now)s - k.retention)
           and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
-          and not d.advance_series and d.updated_at < %(now)s - k.retention
-        order by d.updated_at, d.id
+          and not d.advance_series
+        order by d.kind, d.updated_at, d.id
         limit %(limit)s
         for update of d skip locked) o
     limit %(limit)s
@@ -1162,11 +1166,14 @@ where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)
 -- name: tenants_list
 -- CROSS-TENANT: the operator's list. Pending counts are the kept counts (delivery_counts,
 -- summed over its groups and shards: O(groups) a tenant), never the deliveries themselves, so
--- a paused tenant's backlog is not walked at every listing.
+-- a paused tenant's backlog is not walked at every listing. Active schedules are counted up to
+-- %(counted)s and one more (the entries of schedules_tenant_active, migration 0028): at most
+-- that many index entries a tenant, whatever it has made or ended over the years.
 select t.id as tenant, t.paused, t.created_at,
        (select coalesce(sum(c.n), 0) from delivery_counts c where c.tenant = t.id
           and c.state in ('scheduled', 'retrying', 'leased')) as pending,
-       (select count(*) from schedules s where s.tenant = t.id and s.state = 'active') as schedules,
+       (select count(*) from (select from schedules s where s.tenant = t.id
+          and s.state = 'active' limit %(counted)s + 1) a) as schedules,
        coalesce(t.max_pending, d.max_pending) as max_pending,
        coalesce(t.schedules_per_minute, d.schedules_per_minute) as schedules_per_minute,
        t.max_pending is null and t.schedules_per_minute is null as default_limits
