@@ -1,0 +1,237 @@
+"""The publisher's asynchronous invokes on the twin, from the template with the fan-out: the
+scanner's Invoke(InvocationType=Event) goes through the twin's Lambda Invoke endpoint (its
+signature checked, and its role's grant of lambda:InvokeFunction on the publisher's ARN), and
+Lambda's queue runs the event with the publisher's EventInvokeConfig on the injected clock.
+
+With the template's values (MaximumRetryAttempts 2, MaximumEventAgeInSeconds 120), a publisher
+that fails twice is not tried a third time: Lambda's third try comes three minutes after the
+first, past the event's maximum age, so the event is dropped, PublisherEventsDropped fires,
+and the delivery goes out once its lease expires and the scanner reclaims it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reminders.clock import SharedClock
+from reminders.local.twin.assets import FunctionAssets, build_assets
+from reminders.local.twin.async_invoke import AsyncEvent
+from reminders.local.twin.run import Twin
+from tests.aws_principals import secrets_key
+from tests.conftest import T0, Harness
+from tests.integration.pipeline_helpers import delivery, schedule_webhook
+from tests.twin_templates import logical_id, props, template_copy
+
+# A publisher that fails its first TWIN_TEST_FAILURES runs, then is the real one; the counter
+# file says how many runs there were.
+FLAKY = '''"""A publisher that fails its first runs (the twin's asynchronous invoke tests)."""
+import os
+
+from functions.publisher.handler import handler as publisher
+
+
+def handler(event, context):
+    counter = os.environ["TWIN_TEST_COUNTER"]
+    runs = int(open(counter).read()) if os.path.exists(counter) else 0
+    with open(counter, "w") as written:
+        written.write(str(runs + 1))
+    if runs < int(os.environ["TWIN_TEST_FAILURES"]):
+        raise RuntimeError(f"publisher run {runs + 1} fails on purpose")
+    return publisher(event, context)
+'''
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> FunctionAssets:
+    built = build_assets()
+    code = tmp_path_factory.mktemp("code") / "task"
+    shutil.copytree(built.code, code)
+    (code / "flaky_publisher.py").write_text(FLAKY)
+    return replace(built, code=code)
+
+
+def flaky(template: Any, counter: Path, failures: int) -> Any:
+    publisher = props(template, "FunctionsPublisher")
+    publisher["Handler"] = "flaky_publisher.handler"
+    publisher["Environment"]["Variables"].update(
+        {"TWIN_TEST_COUNTER": str(counter), "TWIN_TEST_FAILURES": str(failures)})
+    return template
+
+
+def invoke_config(template: Any) -> Any:
+    return props(template, "FunctionsPublisherEventInvokeConfig")
+
+
+def make_twin(h: Harness, template: Any, assets: FunctionAssets, tmp_path: Path) -> Twin:
+    root = tmp_path / f"twin-{uuid.uuid4().hex[:6]}"
+    root.mkdir()
+    return Twin(template, endpoint_url=h.endpoint, database_url=h.rt.settings.database_url,
+                prefix=f"ta{uuid.uuid4().hex[:6]}", clock=SharedClock(T0, str(root / "clock")),
+                log_dir=root / "logs", secrets_key_arn=secrets_key(h.endpoint), assets=assets,
+                visibility_timeout_override=4, max_receive_count_override=2)
+
+
+def runs(counter: Path) -> int:
+    return int(counter.read_text()) if counter.exists() else 0
+
+
+def held(h: Harness, key: str) -> bool:
+    """Whether the delivery is held by a lease the scanner took (not yet started)."""
+    row = delivery(h, key)
+    return row["state"] == "scheduled" and row["pending_lease_token"] is not None
+
+
+def only_event(twin: Twin) -> AsyncEvent:
+    assert twin.async_events is not None
+    (event,) = twin.async_events.events
+    return event
+
+
+def dropped_alarm(twin: Twin) -> str:
+    """PublisherEventsDropped's state once the 5-minute period holding now has been
+    evaluated: ALARM when it fired within it."""
+    board = twin.alarm_board()
+    board.advance(T0)
+    board.advance(twin.clock.now() + 5 * MINUTE)
+    fired = board.first_fired("PublisherEventsDropped")
+    assert fired is None or fired <= twin.clock.now() + 5 * MINUTE
+    return "OK" if fired is None else "ALARM"
+
+
+def test_the_template_retries_a_failing_publisher_once_then_drops_it_and_nothing_is_lost(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    template = flaky(template_copy(), counter, failures=2)
+    assert invoke_config(template)["MaximumRetryAttempts"] == 2
+    assert invoke_config(template)["MaximumEventAgeInSeconds"] == 120
+    lease = int(props(template, "FunctionsScanner")["Environment"]["Variables"][
+        "REMINDERS_LEASE_SECONDS"])
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        (key,) = schedule_webhook(harness, "twin-async-1", at=T0)
+        assert twin.tick()["published"] == 1  # handed to the publisher: 202
+        event = only_event(twin)
+        assert event.function == "publisher" and event.received == T0
+        assert json.loads(event.payload)["messages"][0][0] == delivery(harness, key)["id"]
+        assert [a.at for a in event.attempts] == [T0] and runs(counter) == 1
+        twin.clock.advance(MINUTE - timedelta(seconds=1))
+        twin.run_async_events()
+        assert runs(counter) == 1  # Lambda waits a minute before the second try
+        twin.clock.advance(timedelta(seconds=1))
+        twin.run_async_events()
+        assert runs(counter) == 2
+        twin.clock.advance(2 * MINUTE)  # the third try's turn: the event is 180 s old
+        assert twin.run_async_events() == [event]
+        assert (event.outcome, event.reason) == ("dropped", "EventAgeExceeded")
+        assert runs(counter) == 2
+        assert "RuntimeError: publisher run 2 fails on purpose" in str(event.attempts[-1].error)
+        assert twin.work(max_seconds=10)["consumer"]["records"] == 0
+        assert held(harness, key)  # by the lease the dropped chunk carried
+        assert dropped_alarm(twin) == "ALARM"
+        # The lease expires; a tick reclaims it and hands it to the publisher again.
+        twin.clock.set(T0 + timedelta(seconds=lease + 60))
+        for _ in range(3):
+            twin.tick()
+            if runs(counter) == 3:
+                break
+            twin.clock.advance(MINUTE)
+        assert runs(counter) == 3
+        assert twin.async_events is not None
+        assert [e.outcome for e in twin.async_events.events] == ["dropped", "succeeded"]
+        work = twin.work(max_seconds=30)
+    assert work["consumer"]["records"] == 1
+    assert delivery(harness, key)["state"] == "sent"
+    assert harness.receiver.stats()["effects"] == {key: 1}
+
+
+def test_a_longer_maximum_event_age_in_a_template_copy_lets_the_third_try_deliver(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    template = flaky(template_copy(), counter, failures=2)
+    invoke_config(template)["MaximumEventAgeInSeconds"] = 300
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        (key,) = schedule_webhook(harness, "twin-async-2", at=T0)
+        twin.tick()
+        twin.clock.advance(MINUTE)
+        twin.run_async_events()
+        twin.clock.advance(2 * MINUTE)
+        twin.run_async_events()
+        event = only_event(twin)
+        work = twin.work(max_seconds=30)
+        alarm = dropped_alarm(twin)
+    assert [a.at for a in event.attempts] == [T0, T0 + MINUTE, T0 + 3 * MINUTE]
+    assert event.outcome == "succeeded" and runs(counter) == 3
+    assert work["consumer"]["records"] == 1
+    assert delivery(harness, key)["state"] == "sent"
+    assert harness.receiver.stats()["effects"] == {key: 1}
+    assert alarm == "OK"
+
+
+def test_no_retries_in_a_template_copy_drops_the_event_after_its_first_failure(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    template = flaky(template_copy(), counter, failures=1)
+    invoke_config(template)["MaximumRetryAttempts"] = 0
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        (key,) = schedule_webhook(harness, "twin-async-3", at=T0)
+        twin.tick()
+        for _ in range(3):
+            twin.clock.advance(MINUTE)
+            twin.run_async_events()
+        event = only_event(twin)
+        alarm = dropped_alarm(twin)
+    assert (event.outcome, event.reason) == ("dropped", "RetriesExhausted")
+    assert runs(counter) == 1 and len(event.attempts) == 1
+    assert held(harness, key)  # until its lease expires
+    assert alarm == "ALARM"
+
+
+def test_an_event_older_than_its_maximum_age_is_dropped_unrun_and_the_alarm_fires(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    template = flaky(template_copy(), counter, failures=0)
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        assert twin.async_events is not None
+        twin.async_events.paused = True  # Lambda's queue backed up
+        schedule_webhook(harness, "twin-async-4", at=T0)
+        twin.tick()
+        twin.clock.advance(timedelta(seconds=121))
+        twin.async_events.paused = False
+        ended = twin.run_async_events()
+        alarm = dropped_alarm(twin)
+        instances = twin.pools["publisher"].instances
+    assert [(e.outcome, e.reason, e.attempts) for e in ended] == [
+        ("dropped", "EventAgeExceeded", [])]
+    assert runs(counter) == 0 and instances == 0  # the publisher never started
+    assert alarm == "ALARM"
+
+
+def test_a_scanner_role_not_granted_the_publishers_arn_is_refused_and_releases_its_lease(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    template = template_copy()
+    policy = next(resource["Properties"]["PolicyDocument"] for name, resource
+                  in template["Resources"].items()
+                  if name.startswith("FunctionsScannerRoleDefaultPolicy"))
+    (grant,) = [s for s in policy["Statement"] if s.get("Sid") == "InvokePublisher"]
+    publisher = logical_id(template, "FunctionsPublisher")
+    grant["Resource"] = {"Fn::Join": ["", [{"Fn::GetAtt": [publisher, "Arn"]}, "-old"]]}
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        (key,) = schedule_webhook(harness, "twin-async-5", at=T0)
+        tick = twin.tick()
+        assert twin.invoke_endpoint is not None and twin.async_events is not None
+        refusals = list(twin.invoke_endpoint.refusals)
+        events = list(twin.async_events.events)
+    assert tick["published"] == 0, tick
+    assert events == []
+    (refused,) = refusals
+    assert refused["code"] == "AccessDeniedException"
+    assert "lambda:InvokeFunction on resource: arn:aws:lambda:" in refused["message"]
+    assert not held(harness, key)  # released, due again
+    assert delivery(harness, key)["state"] == "scheduled"
