@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 import uuid
 from dataclasses import replace
 from datetime import timedelta
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from reminders import db
 from reminders.clock import SharedClock
 from reminders.local.twin.assets import FunctionAssets, build_assets
 from reminders.local.twin.async_invoke import AsyncEvent
@@ -235,3 +237,77 @@ def test_a_scanner_role_not_granted_the_publishers_arn_is_refused_and_releases_i
     assert "lambda:InvokeFunction on resource: arn:aws:lambda:" in refused["message"]
     assert not held(harness, key)  # released, due again
     assert delivery(harness, key)["state"] == "scheduled"
+
+
+def receive_all(sqs: Any, url: str) -> list[Any]:
+    found: list[Any] = []
+    for _ in range(10):
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not got:
+            break
+        found += got
+    return found
+
+
+def test_the_consoles_redrive_of_parking_sends_messages_back_and_redrive_rechecks_each(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    """Two messages reach the parking queue as SQS puts them there (the dead-letter queue's
+    maxReceiveCount spent): one for a delivery since sent, one whose lease the scanner took
+    and no consumer ever started. The operator's console redrive (StartMessageMoveTask from
+    parking, no DestinationArn) puts them back on the dead-letter queue; the redrive function
+    re-checks each against its row: it drops the sent one, replays the other, which the next
+    tick delivers - each once."""
+    from reminders.local import stack
+    from reminders.queue import LeaseMessage
+
+    template = flaky(template_copy(), tmp_path / "runs", failures=0)
+    sqs = stack.aws_client("sqs", harness.endpoint)
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        urls = twin.require_urls()
+        (sent_key,) = schedule_webhook(harness, "twin-console-1", at=T0)
+        twin.tick()
+        twin.work(max_seconds=30)
+        assert delivery(harness, sent_key)["state"] == "sent"
+        (held_key,) = schedule_webhook(harness, "twin-console-2", at=T0 + MINUTE)
+        twin.clock.advance(MINUTE)
+        twin.tick()
+        (stolen,) = receive_all(sqs, urls.deliveries)  # no consumer will see it
+        sqs.delete_message(QueueUrl=urls.deliveries, ReceiptHandle=stolen["ReceiptHandle"])
+        sent_id = delivery(harness, sent_key)["id"]
+        bodies = {LeaseMessage(sent_id, uuid.uuid4()).body(), stolen["Body"]}
+        for body in bodies:
+            sqs.send_message(QueueUrl=urls.dlq, MessageBody=body)
+        dlq = twin.queues[logical_id(template, "QueuesDeadLetter")]
+        parking = twin.queues[logical_id(template, "QueuesParking")]
+        for _ in range(12):  # past the DLQ's maxReceiveCount: SQS moves them to parking
+            for message in receive_all(sqs, urls.dlq):
+                sqs.change_message_visibility(QueueUrl=urls.dlq, VisibilityTimeout=0,
+                                              ReceiptHandle=message["ReceiptHandle"])
+        parked = sqs.get_queue_attributes(QueueUrl=urls.parking, AttributeNames=[
+            "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+        assert parked == "2"
+        sqs.start_message_move_task(SourceArn=parking.arn)  # the console's "redrive"
+        for _ in range(100):
+            (task,) = sqs.list_message_move_tasks(SourceArn=parking.arn)["Results"]
+            if task["Status"] != "RUNNING":
+                break
+            time.sleep(0.05)
+        assert (task["Status"], task["ApproximateNumberOfMessagesMoved"]) == ("COMPLETED", 2)
+        assert "DestinationArn" not in task  # back to their source: the dead-letter queue
+        assert dlq.url == urls.dlq
+        work = twin.work(max_seconds=30)
+        assert work["redrive"]["records"] == 2, work
+        sent_events = db.fetch_all(harness.conn, "events_of_delivery",
+                                   {"id": sent_id, "tenant": "acme"})
+        held = delivery(harness, held_key)
+        held_events = db.fetch_all(harness.conn, "events_of_delivery",
+                                   {"id": held["id"], "tenant": "acme"})
+        twin.clock.advance(MINUTE)
+        twin.tick()
+        twin.work(max_seconds=30)
+    assert any(e["actor"] == "redrive" and e["event"] == "dropped"
+               and "already sent" in e["detail"] for e in sent_events)
+    assert any(e["actor"] == "redrive" and e["event"] == "replayed" for e in held_events)
+    assert delivery(harness, sent_key)["state"] == "sent"
+    assert delivery(harness, held_key)["state"] == "sent"
+    assert harness.receiver.stats()["effects"] == {sent_key: 1, held_key: 1}
