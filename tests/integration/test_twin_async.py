@@ -311,3 +311,40 @@ def test_the_consoles_redrive_of_parking_sends_messages_back_and_redrive_recheck
     assert delivery(harness, sent_key)["state"] == "sent"
     assert delivery(harness, held_key)["state"] == "sent"
     assert harness.receiver.stats()["effects"] == {sent_key: 1, held_key: 1}
+
+
+def test_an_on_failure_destination_in_a_template_copy_gets_lambdas_invocation_record(
+        harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
+    """A copy whose publisher configuration names the dead-letter queue as its OnFailure
+    destination (and grants the publisher's role sqs:SendMessage on it): the dropped event's
+    invocation record arrives there, sent as the publisher's role."""
+    from reminders.local import stack
+
+    counter = tmp_path / "runs"
+    template = flaky(template_copy(), counter, failures=1)
+    dlq = logical_id(template, "QueuesDeadLetter")
+    config = invoke_config(template)
+    config["MaximumRetryAttempts"] = 0
+    config["DestinationConfig"] = {"OnFailure": {"Destination": {"Fn::GetAtt": [dlq, "Arn"]}}}
+    policy = next(resource["Properties"]["PolicyDocument"] for name, resource
+                  in template["Resources"].items()
+                  if name.startswith("FunctionsPublisherRoleDefaultPolicy"))
+    policy["Statement"].append({"Sid": "FailedChunks", "Effect": "Allow",
+                                "Action": "sqs:SendMessage",
+                                "Resource": {"Fn::GetAtt": [dlq, "Arn"]}})
+    sqs = stack.aws_client("sqs", harness.endpoint)
+    with make_twin(harness, template, assets, tmp_path) as twin:
+        schedule_webhook(harness, "twin-async-6", at=T0)
+        twin.tick()
+        event = only_event(twin)
+        (got,) = sqs.receive_message(QueueUrl=twin.require_urls().dlq)["Messages"]
+    assert (event.outcome, event.reason, event.destination) == (
+        "dropped", "RetriesExhausted", "sent")
+    record = json.loads(got["Body"])
+    assert record["requestContext"]["condition"] == "RetriesExhausted"
+    assert record["requestContext"]["requestId"] == event.request_id
+    assert record["requestContext"]["functionArn"].endswith(
+        f":function:Reminders-{logical_id(template, 'FunctionsPublisher')}:$LATEST")
+    assert record["requestPayload"] == json.loads(event.payload)
+    assert record["responseContext"]["functionError"] == "Unhandled"
+    assert record["responsePayload"]["errorType"] == "RuntimeError"

@@ -448,9 +448,10 @@ class Twin:
             if time.monotonic() - sent > max_age:
                 break
             result = self.invoke("scanner", event)
+            # What the scanner invoked asynchronously runs now, whether or not it then failed.
+            self.run_async_events()
             if result.ok:
                 answer: dict[str, Any] = result.json()
-                self.run_async_events()
                 return answer
             error = result.error
         twin_metrics.record_async_dropped(self.metrics, scanner.deployed_name(), at)
