@@ -72,6 +72,11 @@ def invoke_config(template: Any) -> Any:
     return props(template, "FunctionsPublisherEventInvokeConfig")
 
 
+def role_policy(template: Any, function: str) -> Any:
+    """The policy document the template attaches to ``function``'s role (Scanner, ...)."""
+    return props(template, f"Functions{function}RoleDefaultPolicy")["PolicyDocument"]
+
+
 def make_twin(h: Harness, template: Any, assets: FunctionAssets, tmp_path: Path) -> Twin:
     root = tmp_path / f"twin-{uuid.uuid4().hex[:6]}"
     root.mkdir()
@@ -218,9 +223,7 @@ def test_an_event_older_than_its_maximum_age_is_dropped_unrun_and_the_alarm_fire
 def test_a_scanner_role_not_granted_the_publishers_arn_is_refused_and_releases_its_lease(
         harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
     template = template_copy()
-    policy = next(resource["Properties"]["PolicyDocument"] for name, resource
-                  in template["Resources"].items()
-                  if name.startswith("FunctionsScannerRoleDefaultPolicy"))
+    policy = role_policy(template, "Scanner")
     (grant,) = [s for s in policy["Statement"] if s.get("Sid") == "InvokePublisher"]
     publisher = logical_id(template, "FunctionsPublisher")
     grant["Resource"] = {"Fn::Join": ["", [{"Fn::GetAtt": [publisher, "Arn"]}, "-old"]]}
@@ -326,9 +329,7 @@ def test_an_on_failure_destination_in_a_template_copy_gets_lambdas_invocation_re
     config = invoke_config(template)
     config["MaximumRetryAttempts"] = 0
     config["DestinationConfig"] = {"OnFailure": {"Destination": {"Fn::GetAtt": [dlq, "Arn"]}}}
-    policy = next(resource["Properties"]["PolicyDocument"] for name, resource
-                  in template["Resources"].items()
-                  if name.startswith("FunctionsPublisherRoleDefaultPolicy"))
+    policy = role_policy(template, "Publisher")
     policy["Statement"].append({"Sid": "FailedChunks", "Effect": "Allow",
                                 "Action": "sqs:SendMessage",
                                 "Resource": {"Fn::GetAtt": [dlq, "Arn"]}})
