@@ -85,6 +85,22 @@ def test_a_dropped_chunk_pages_the_alarm_topic(default: Synthesized) -> None:
     assert len(errors) == 1
 
 
+def test_a_refused_publisher_invoke_pages_the_alarm_topic(default: Synthesized,
+                                                          switched: Synthesized) -> None:
+    """The scanner's count of the leases it handed back because Lambda refused the Invoke
+    (reminders.scanner, PublisherNotInvoked): one alarm on it, with the fan-out only."""
+    (alarm,) = [a for a in default.resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "PublisherNotInvoked"]
+    props = alarm["Properties"]
+    assert props["Namespace"] == "Reminders"
+    assert props["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
+    assert (props["Statistic"], props["Period"], props["Threshold"]) == ("Sum", 300, 1)
+    assert (props["EvaluationPeriods"], props["TreatMissingData"]) == (1, "notBreaching")
+    assert props["AlarmActions"] and "lambda:InvokeFunction" in props["AlarmDescription"]
+    assert not [a for a in switched.resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "PublisherNotInvoked"]
+
+
 def test_the_publisher_writes_to_its_own_log_group(default: Synthesized) -> None:
     _, publisher = default.function("publisher")
     _, scanner = default.function("scanner")
