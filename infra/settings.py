@@ -73,11 +73,28 @@ RUNTIME_RANGES: Mapping[str, tuple[int, int]] = {
 }
 
 
-# The publisher function's asynchronous configuration: Lambda retries a failed chunk at most
-# twice and drops one older than this (its alarm fires). A chunk is worthless once its leases
-# expire (the scanner reclaims them), so leaseSeconds must outlast this and a consumer's run.
+# The publisher function's asynchronous configuration. Lambda retries a failed chunk at most
+# PUBLISHER_RETRY_ATTEMPTS times, waiting PUBLISHER_RETRY_WAITS_SECONDS before each retry (one
+# minute, then two, as Lambda documents), and drops an event older than its maximum event age
+# (PublisherEventsDropped fires). The age is derived from the lease the chunk carries
+# (Settings.publisher_max_event_age_seconds): a chunk is worth publishing only while a consumer
+# can still use its leases before they expire and the scanner reclaims them.
 PUBLISHER_RETRY_ATTEMPTS = 2
-PUBLISHER_MAX_EVENT_AGE_SECONDS = 120
+PUBLISHER_RETRY_WAITS_SECONDS = (60, 120)
+# Between the lease and Lambda's acceptance of its chunk: the scanner hands a pass over as soon
+# as it is leased, and an Invoke answers in well under this (its client's timeouts included).
+PUBLISH_HANDOVER_SECONDS = 10
+# Lambda's bounds on MaximumEventAgeInSeconds.
+MIN_EVENT_AGE_SECONDS = 60
+MAX_EVENT_AGE_SECONDS = 21_600
+
+
+def retry_latest_starts(retries: int, timeout_seconds: int) -> list[int]:
+    """Seconds after a chunk's first try at which each retry starts at the latest: every try
+    before it ran its whole timeout, then Lambda waited its turn (1 min, then 2)."""
+    return [sum(PUBLISHER_RETRY_WAITS_SECONDS[:k]) + k * timeout_seconds
+            for k in range(1, retries + 1)]
+
 
 # operatorAccess values: the operations function alone, or with an SSM port-forward instance.
 OPERATOR_ACCESS = ("", "bastion")
@@ -356,6 +373,38 @@ class Settings:
         """The longest one send of a batch may take: a webhook's deadline, or an AWS channel's."""
         return max(self.send_timeout_seconds, AWS_CHANNEL_SEND_SECONDS)
 
+    @property
+    def publisher_useful_seconds(self) -> int:
+        """How long after its lease a chunk's publish is still of use: its message must reach
+        the queue with a consumer's whole run (consumerTimeoutSeconds) left before the lease
+        expires (leaseSeconds), and a try that starts then may take publisherTimeoutSeconds."""
+        return (self.lease_seconds - PUBLISH_HANDOVER_SECONDS - self.publisher_timeout_seconds
+                - self.consumer_timeout_seconds)
+
+    @property
+    def publisher_max_event_age_seconds(self) -> int:
+        """The publisher's MaximumEventAgeInSeconds: as long as its publish is of use (within
+        Lambda's 60-21600 s). Older, Lambda drops the chunk; its leases are reclaimed."""
+        return max(MIN_EVENT_AGE_SECONDS, min(MAX_EVENT_AGE_SECONDS,
+                                              self.publisher_useful_seconds))
+
+    def _check_publisher_retries(self) -> None:
+        """Every retry Lambda may make of a chunk starts within the maximum event age, and so
+        while the lease it carries has time left for a consumer."""
+        needed = retry_latest_starts(PUBLISHER_RETRY_ATTEMPTS, self.publisher_timeout_seconds)[-1]
+        waits = " and ".join(map(str, PUBLISHER_RETRY_WAITS_SECONDS))
+        if self.publisher_useful_seconds < max(needed, MIN_EVENT_AGE_SECONDS):
+            least = (max(needed, MIN_EVENT_AGE_SECONDS) + PUBLISH_HANDOVER_SECONDS
+                     + self.publisher_timeout_seconds + self.consumer_timeout_seconds)
+            raise SettingsError(
+                f"leaseSeconds must be at least {least} with publisherFanOut on, got "
+                f"{self.lease_seconds}: Lambda's last retry of a chunk may start {needed} s "
+                f"after its first try (waits of {waits} s, "
+                f"each try up to publisherTimeoutSeconds {self.publisher_timeout_seconds}), "
+                f"{PUBLISH_HANDOVER_SECONDS} s after the lease at most, and must still reach "
+                f"the queue with consumerTimeoutSeconds {self.consumer_timeout_seconds} left "
+                "before the lease expires")
+
     def validate(self) -> Settings:
         for arn in self.key_administrators:
             if not _ROLE_ARN.fullmatch(arn):
@@ -535,14 +584,8 @@ class Settings:
                 "invocation starts no send (every message comes back until it is "
                 "dead-lettered) or times out before it records what it sent"
             )
-        lease_needed = PUBLISHER_MAX_EVENT_AGE_SECONDS + self.consumer_timeout_seconds
-        if self.publisher_fan_out and self.lease_seconds <= lease_needed:
-            raise SettingsError(
-                f"leaseSeconds must be above {lease_needed} with publisherFanOut on (a chunk "
-                f"may reach the queue up to {PUBLISHER_MAX_EVENT_AGE_SECONDS} s after it was "
-                f"leased, and a consumer then needs consumerTimeoutSeconds "
-                f"{self.consumer_timeout_seconds}), got {self.lease_seconds}"
-            )
+        if self.publisher_fan_out:
+            self._check_publisher_retries()
         scan_high = min(
             self.scanner_timeout_seconds // 2,
             SCHEDULE_PERIOD_SECONDS - SCANNER_TICK_MARGIN_SECONDS,

@@ -22,7 +22,6 @@ from infra.constructs.queues import Queues
 from infra.layer import BYTECODE_STAMP, STAMP_NAME, build_layer, stage_code
 from infra.nag import acknowledge
 from infra.settings import (
-    PUBLISHER_MAX_EVENT_AGE_SECONDS,
     PUBLISHER_RETRY_ATTEMPTS,
     Settings,
     SettingsError,
@@ -181,10 +180,12 @@ class Functions(Construct):
                 environment=publisher_environment(settings, queues),
                 shared_environment=False,
                 reserved_concurrency=settings.publisher_reserved_concurrency,
-                # A failed chunk is retried; one never sent leaves its leases to expire, and
-                # the scanner reclaims them (AsyncEventsDropped alarms).
+                # A failed chunk is retried while its leases are of use (the age is derived
+                # from leaseSeconds, and synth checks every retry fits in it); one never sent
+                # leaves its leases to expire, and the scanner reclaims them
+                # (AsyncEventsDropped alarms).
                 async_retry_attempts=PUBLISHER_RETRY_ATTEMPTS,
-                async_max_event_age=Duration.seconds(PUBLISHER_MAX_EVENT_AGE_SECONDS),
+                async_max_event_age=Duration.seconds(settings.publisher_max_event_age_seconds),
             )
             fan_out = {
                 "REMINDERS_PUBLISHER_FUNCTION": self.publisher.function_name,

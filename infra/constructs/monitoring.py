@@ -382,7 +382,8 @@ def _queue_alarms(
                 "A parked message is getting old; the parking queue keeps messages 14 days "
                 "(counted from the first enqueue for ones that moved there by receive count). "
                 "First: read it and the redrive logs for its reason, fix the cause, then "
-                "redrive it to its source (the DLQ) from the SQS console (see the DLQ runbook)."
+                "redrive it from the SQS console to a custom destination, the DLQ's ARN (not "
+                "'to source': what redrive parked itself has none; see the DLQ runbook)."
             ),
         ),
         AlarmSpec(
@@ -529,7 +530,8 @@ def _function_alarms(label: str, function: lambda_.IFunction) -> list[AlarmSpec]
 
 def _publisher_alarms(publisher: lambda_.IFunction) -> list[AlarmSpec]:
     """A chunk Lambda gave up on (retries spent, or older than the maximum event age): its
-    leases expire and the scanner reclaims them, late."""
+    leases expire and the scanner reclaims them, late. A chunk Lambda never took (the
+    scanner's Invoke refused): its leases are handed back at once, due again."""
     return [
         AlarmSpec(
             name="PublisherEventsDropped",
@@ -545,6 +547,25 @@ def _publisher_alarms(publisher: lambda_.IFunction) -> list[AlarmSpec]:
                 "(leaseSeconds) and the scanner reclaims them. First: read the PublisherErrors "
                 "alarm and the publisher's log group (level ERROR) for why SendMessageBatch "
                 "failed; check the SQS endpoint and the deliveries queue."
+            ),
+        ),
+        AlarmSpec(
+            # The scanner counts, per tick, the leased deliveries whose chunk's Invoke was
+            # refused (reminders.scanner, PublisherNotInvoked; only when non-zero). Lambda
+            # counts no metric for an Invoke it refuses for want of a grant.
+            name="PublisherNotInvoked",
+            metric=_outcome_metric("PublisherNotInvoked"),
+            threshold=1,
+            comparison=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            description=(
+                "Lambda refused the scanner's asynchronous Invoke of the publisher (access "
+                "denied, throttled, or unreachable), so the scanner handed those leases back: "
+                "nothing is lost, but nothing due goes out while it lasts. First: read the "
+                "scanner's log group for 'publish rejected' and its first_reason; for "
+                "AccessDeniedException check the scanner role's lambda:InvokeFunction grant "
+                "on the publisher's ARN, for throttling the publisher's reserved concurrency "
+                "(publisherReservedConcurrency) and the account's concurrency."
             ),
         ),
     ]

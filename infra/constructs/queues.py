@@ -39,8 +39,10 @@ class Queues(Construct):
 
     The parking queue is also the dead-letter queue's own dead-letter queue: a message the
     redrive function keeps failing on lands there too. Being a DLQ of the dead-letter queue is
-    what lets operators move parked messages back with the console's "Start DLQ redrive"
-    (redrive to source queue = the dead-letter queue, so the redrive function checks them again).
+    what lets operators move parked messages back with the console's "Start DLQ redrive", to a
+    custom destination: the dead-letter queue's ARN, so the redrive function checks them again
+    (not "to source queue": what the redrive function parked itself was sent there, and SQS
+    knows no source queue for it; README, "Dead-letter queue runbook").
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, settings: Settings) -> None:

@@ -96,7 +96,8 @@ class FanOutPublisher:
         try:
             self.invoker.invoke(payload(chunk))
         except Exception as exc:  # noqa: BLE001 (any refused invoke refuses its chunk)
-            return [Rejected(m, f"publisher not invoked: {exc}") for m in chunk]
+            return [Rejected(m, f"publisher not invoked: {exc}", invoke_refused=True)
+                    for m in chunk]
         return []
 
 

@@ -119,6 +119,9 @@ def _shown(value: Any, limit: int = 60) -> str:
 class Rejected:
     message: LeaseMessage
     reason: str
+    # Refused because the publisher function's Invoke was refused (reminders.fanout), not by
+    # the queue: the scanner counts these apart (PublisherNotInvoked).
+    invoke_refused: bool = False
 
 
 class Publisher(Protocol):

@@ -77,6 +77,9 @@ class TickSummary:
     held_overdue_seconds: float | None = 0.0
     purged: int = 0   # terminal deliveries past their kind's retention removed this tick
     unreadable: int = 0  # due deliveries failed alone: their instant is outside years 1-9999
+    # leased deliveries handed back because the publisher function's Invoke was refused
+    # (AccessDenied, throttled, unreachable): due again, and counted (PublisherNotInvoked)
+    not_invoked: int = 0
     skipped: str | None = None  # why this tick did nothing (another scanner held the turn)
 
     def as_json(self) -> dict[str, Any]:
@@ -134,6 +137,8 @@ def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummar
         rt.metrics.put("PausedSchedulesOldestOverdueSeconds", summary.held_overdue_seconds,
                        "Seconds")
         rt.metrics.put("PausedSchedulesOverdue", summary.held_overdue)
+    if summary.not_invoked:  # only when non-zero: missing data is quiet
+        rt.metrics.put("PublisherNotInvoked", summary.not_invoked)
     rt.metrics.put("Leased", summary.leased)
     rt.metrics.put("SeriesAdvanceFailed", summary.advance_failed)
     rt.metrics.put("RetentionPurged", summary.purged)
@@ -389,6 +394,7 @@ def _settled(conn: db.Connection, summary: TickSummary, pass_: _InFlight) -> boo
         interrupted = exc
         rejected = [Rejected(m, f"publish interrupted: {exc!r}") for m in pass_.messages]
     summary.published += len(pass_.messages) - len(rejected)
+    summary.not_invoked += sum(r.invoke_refused for r in rejected)
     if not rejected:
         return True
     released = _release(conn, [r.message for r in rejected], pass_.now,

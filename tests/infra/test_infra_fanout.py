@@ -58,12 +58,15 @@ def test_only_the_scanner_may_invoke_the_publisher(default: Synthesized) -> None
     assert invokes[0][0]["Resource"] == _arn_of(default, "publisher")
 
 
-def test_a_failed_chunk_is_retried_twice_within_two_minutes(default: Synthesized) -> None:
+def test_a_failed_chunk_is_retried_twice_while_its_leases_are_of_use(
+        default: Synthesized) -> None:
     publisher_id, _ = default.function("publisher")
     (config,) = [c for c in default.resources("AWS::Lambda::EventInvokeConfig").values()
                  if c["Properties"]["FunctionName"] == {"Ref": publisher_id}]
     assert config["Properties"]["MaximumRetryAttempts"] == 2
-    assert config["Properties"]["MaximumEventAgeInSeconds"] == 120
+    # leaseSeconds 600 - 10 s hand-over - publisher 30 s - consumer 60 s
+    # (tests/infra/test_infra_publisher_retries.py checks every retry fits).
+    assert config["Properties"]["MaximumEventAgeInSeconds"] == 500
 
 
 def test_a_dropped_chunk_pages_the_alarm_topic(default: Synthesized) -> None:
@@ -80,6 +83,22 @@ def test_a_dropped_chunk_pages_the_alarm_topic(default: Synthesized) -> None:
               if a["Properties"].get("MetricName") == "Errors"
               and a["Properties"]["Dimensions"][0]["Value"] == {"Ref": publisher_id}]
     assert len(errors) == 1
+
+
+def test_a_refused_publisher_invoke_pages_the_alarm_topic(default: Synthesized,
+                                                          switched: Synthesized) -> None:
+    """The scanner's count of the leases it handed back because Lambda refused the Invoke
+    (reminders.scanner, PublisherNotInvoked): one alarm on it, with the fan-out only."""
+    (alarm,) = [a for a in default.resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "PublisherNotInvoked"]
+    props = alarm["Properties"]
+    assert props["Namespace"] == "Reminders"
+    assert props["Dimensions"] == [{"Name": "service", "Value": "reminders"}]
+    assert (props["Statistic"], props["Period"], props["Threshold"]) == ("Sum", 300, 1)
+    assert (props["EvaluationPeriods"], props["TreatMissingData"]) == (1, "notBreaching")
+    assert props["AlarmActions"] and "lambda:InvokeFunction" in props["AlarmDescription"]
+    assert not [a for a in switched.resources("AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("MetricName") == "PublisherNotInvoked"]
 
 
 def test_the_publisher_writes_to_its_own_log_group(default: Synthesized) -> None:
@@ -103,9 +122,9 @@ def test_without_fan_out_the_scanner_publishes_itself(switched: Synthesized) -> 
 
 
 def test_the_lease_outlasts_a_late_chunk_and_a_consumers_run() -> None:
-    with pytest.raises(SettingsError, match="leaseSeconds must be above 180"):
-        Settings(lease_seconds=180).validate()
-    Settings(lease_seconds=181).validate()
+    with pytest.raises(SettingsError, match="leaseSeconds must be at least 340"):
+        Settings(lease_seconds=339).validate()
+    Settings(lease_seconds=340).validate()
     Settings(lease_seconds=60, publisher_fan_out=False).validate()
     with pytest.raises(SettingsError, match="publishChunk must be between 1 and 2000"):
         Settings(publish_chunk=2001).validate()

@@ -334,7 +334,8 @@ def test_a_paused_tenant_publishes_nothing_until_resumed(aws_cli: Cli, conn: db.
                     "first_failed": 0, "leased": 0, "published": 0,
                     "released": 0, "poisoned": 0, "oldest_overdue_seconds": 0.0, "overdue": 0,
                     "skipped": None, "passes": 0, "paused_overdue_seconds": 60.0, "purged": 0,
-                    "unreadable": 0, "held_overdue": 0, "held_overdue_seconds": 0.0}
+                    "unreadable": 0, "held_overdue": 0, "held_overdue_seconds": 0.0,
+                    "not_invoked": 0}
     assert cli("show", key, "--json", now=later).json()["state"] == "scheduled"
 
     resumed = cli("tenants", "resume", "acme")

@@ -16,6 +16,10 @@ against "*" (so a policy scoped to a key would deny what AWS allows). The resolv
 the resource of the KMS, SES v2, Secrets Manager and CloudFormation (the operator's
 ``DescribeStacks``) requests as AWS authorizes them.
 
+moto has no SQS message move tasks; reminders.local.message_moves adds them (the console's
+dead-letter queue redrive: StartMessageMoveTask, ListMessageMoveTasks, CancelMessageMoveTask),
+as strictly as SQS runs them.
+
 werkzeug writes a response's headers and body in separate small writes; with Nagle on, each
 waits for the client's delayed ACK (~40 ms a call). ``python -m reminders.local.moto_server
 --port N --credentials FILE`` serves until SIGTERM.
@@ -45,6 +49,8 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import make_server
+
+from reminders.local import message_moves
 
 ACCOUNT = "123456789012"  # moto's default account, where every key below is made
 ADMINISTRATOR = "reminders-local-admin"
@@ -232,7 +238,10 @@ def record() -> None:
         scope = authorization.partition("Credential=")[2].partition(",")[0].split("/")
         service = scope[3] if len(scope) > 3 else "?"
         operation = self._get_action()
-        name = AUTHORIZED_AS.get(f"{service}:{operation}", operation)
+        # A check of another action than the operation's own (message_moves: a move task's
+        # reads of its source) names it on the class.
+        name = getattr(iam_request_cls, "action_name", None) or \
+            AUTHORIZED_AS.get(f"{service}:{operation}", operation)
 
         class AsAws(iam_request_cls):  # type: ignore[misc]
             def __init__(self, **kwargs: Any) -> None:
@@ -332,6 +341,7 @@ def enforce_access_control(credentials_file: Path) -> None:
     iam.put_user_policy(ADMINISTRATOR, "administrator", json.dumps(ADMINISTRATOR_POLICY))
     key = iam.create_access_key(ADMINISTRATOR)
     resolve_resources()
+    message_moves.install()
     record()
     credentials_file.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(credentials_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

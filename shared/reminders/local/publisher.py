@@ -9,6 +9,11 @@ have answered 202 already) and is retried up to ``retries`` times, as the functi
 asynchronous configuration says. What it does not keep: the run happens before ``invoke``
 returns (Lambda runs it later, in parallel), and retries follow at once, not after a minute
 or two. Tests drive refusals, lost chunks and duplicated chunks through ``fault``.
+
+The twin runs the publisher as Lambda does instead (reminders.local.twin.async_invoke): the
+built function in a process of its own, invoked through a local Invoke endpoint that checks the
+caller's signature and grant, its events retried after one and two minutes and dropped past
+the maximum event age of the template's EventInvokeConfig, on the injected clock.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ RUN_HERE: Mapping[str, tuple[str, str]] = {
     "AWS::IAM::Policy": (REAL, "the service functions' statements, references resolved to the "
                                "local resources, attached to their roles in moto"),
     "AWS::SQS::Queue": (STAND_IN, "moto's SQS, each queue with the template's attributes and "
-                                  "redrive policy (twin.resources)"),
+                                  "redrive policy (twin.resources); the console's redrive "
+                                  "through StartMessageMoveTask (local.message_moves)"),
     "AWS::Lambda::EventSourceMapping": (STAND_IN, "a poller per mapping: BatchSize, batching "
                                                   "window, MaximumConcurrency, partial batch "
                                                   "responses (twin.poller)"),
@@ -28,12 +29,20 @@ RUN_HERE: Mapping[str, tuple[str, str]] = {
                                         "built assets, each instance a process of CPython 3.13 "
                                         "(awslambdaric, a local Runtime API), Timeout and "
                                         "MemorySize enforced, at most 2 instances a function, "
-                                        "as their roles (twin.run); the variant whose scanner "
-                                        "publishes itself (no publisher: no local Invoke "
-                                        "endpoint); CDK's helper functions are not run"),
+                                        "as their roles (twin.run); the publisher too when the "
+                                        "template has the fan-out, invoked through a local "
+                                        "Lambda Invoke endpoint that checks the signature and "
+                                        "the caller's lambda:InvokeFunction grant "
+                                        "(twin.async_invoke); `local up` runs the variant whose "
+                                        "scanner publishes itself; CDK's helper functions are "
+                                        "not run"),
     "AWS::Lambda::LayerVersion": (STAND_IN, "the layer's packages, installed for this machine"),
-    "AWS::Lambda::EventInvokeConfig": (STAND_IN, "asynchronous invokes retried and aged as "
-                                                 "configured"),
+    "AWS::Lambda::EventInvokeConfig": (STAND_IN, "asynchronous invokes queued and run on the "
+                                                 "injected clock: MaximumRetryAttempts (retries "
+                                                 "after 1 and 2 minutes, no jitter), "
+                                                 "MaximumEventAgeInSeconds, an SQS OnFailure "
+                                                 "destination; AsyncEventsDropped "
+                                                 "(twin.async_invoke)"),
     "AWS::Events::Rule": (STAND_IN, "its rate or cron ticks, on the injected clock"),
     "Custom::RemindersMigrations": (STAND_IN, "the migrate function invoked with "
                                               "CloudFormation's Create, then Update when its "
@@ -53,7 +62,8 @@ RUN_HERE: Mapping[str, tuple[str, str]] = {
                                                   "(twin.alarms)"),
     "AWS::SQS::QueuePolicy": (NOT_RUN, "the deny without TLS: moto listens on plain HTTP on "
                                        "loopback"),
-    "AWS::Lambda::Permission": (NOT_RUN, "who may invoke a function is not checked"),
+    "AWS::Lambda::Permission": (NOT_RUN, "resource-based policies are not read: the local "
+                                         "Invoke endpoint checks only the caller's role"),
     "AWS::RDS::DBParameterGroup": (NOT_RUN, "the embedded server runs with its own settings"),
     "AWS::RDS::DBSubnetGroup": (NOT_RUN, _NETWORK),
     "AWS::SecretsManager::SecretTargetAttachment": (NOT_RUN, "no RDS instance to attach to"),

@@ -204,9 +204,15 @@ def record_invocation(store: MetricStore, function_name: str, at: datetime, *,
     store.put(MetricKey.of(LAMBDA, "Duration", dims), at, duration_ms, "Milliseconds")
 
 
+def record_async_received(store: MetricStore, function_name: str, at: datetime) -> None:
+    """An asynchronous event Lambda accepted (queued) for the function."""
+    store.put(MetricKey.of(LAMBDA, "AsyncEventsReceived", {"FunctionName": function_name}), at,
+              1, "Count")
+
+
 def record_async_dropped(store: MetricStore, function_name: str, at: datetime) -> None:
     """An asynchronous event Lambda gave up on (retries spent, or older than its maximum
-    event age) and had no destination for."""
+    event age); it counts whether or not an OnFailure destination then got its record."""
     store.put(MetricKey.of(LAMBDA, "AsyncEventsDropped", {"FunctionName": function_name}), at,
               1, "Count")
 

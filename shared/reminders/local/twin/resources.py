@@ -190,6 +190,7 @@ class InvokeConfigSpec:
     maximum_retry_attempts: int = 2        # Lambda's defaults
     maximum_event_age: int = 6 * 3600
     qualifier: str = "$LATEST"
+    on_failure: str | None = None  # DestinationConfig.OnFailure: a queue's logical id
 
 
 @dataclass(frozen=True)
@@ -465,7 +466,29 @@ def read_invoke_config(template: Mapping[str, Any], logical_id: str,
                             maximum_retry_attempts=2 if attempts is None else attempts,
                             maximum_event_age=6 * 3600 if age is None else age,
                             qualifier=text(logical_id, "Qualifier",
-                                           props.get("Qualifier", "$LATEST")))
+                                           props.get("Qualifier", "$LATEST")),
+                            on_failure=_on_failure(template, logical_id, props))
+
+
+def _on_failure(template: Mapping[str, Any], logical_id: str,
+                props: Mapping[str, Any]) -> str | None:
+    """The queue an EventInvokeConfig's DestinationConfig.OnFailure names (the twin runs SQS
+    destinations; an SNS topic, a function or an event bus is refused here, by name)."""
+    config = props.get("DestinationConfig")
+    if config is None:
+        return None
+    prop = "DestinationConfig"
+    if not isinstance(config, Mapping) or set(config) - {"OnFailure", "OnSuccess"}:
+        raise PlanError(logical_id, prop, f"must hold OnFailure and/or OnSuccess, got "
+                                          f"{shown(config, 120)}")
+    if "OnSuccess" in config:
+        raise PlanError(logical_id, f"{prop}.OnSuccess", "is not run by the twin (only an "
+                                                         "SQS OnFailure destination is)")
+    failure = config.get("OnFailure")
+    if not isinstance(failure, Mapping) or "Destination" not in failure:
+        raise PlanError(logical_id, f"{prop}.OnFailure", "must hold a Destination")
+    return referenced(logical_id, f"{prop}.OnFailure.Destination", failure["Destination"],
+                      template, QUEUE, "Arn")
 
 
 def read_custom_resource(template: Mapping[str, Any], logical_id: str,

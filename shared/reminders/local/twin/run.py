@@ -19,10 +19,18 @@ Given the local stack's parts (the pooled Postgres, moto, the webhook receiver) 
 - the ``rate(1 minute)`` rule: :meth:`Twin.tick` is one firing, an asynchronous invoke of the
   scanner with the rule's target retry policy and the scanner's EventInvokeConfig.
 
+- the publisher function, when the template has one (its fan-out): the scanner's
+  ``Invoke(InvocationType=Event)`` reaches the twin's Lambda Invoke endpoint
+  (``AWS_ENDPOINT_URL_LAMBDA``; reminders.local.twin.async_invoke), which checks the
+  signature and that the caller's role is granted ``lambda:InvokeFunction`` on the
+  publisher's ARN by the template, and queues the event; :meth:`Twin.run_async_events` runs
+  the queued events with the publisher's ``AWS::Lambda::EventInvokeConfig`` (retries after
+  one and two minutes, the maximum event age, an SQS OnFailure destination), on the clock.
+  :meth:`Twin.tick` runs what is due after the scanner returns. The variant whose scanner
+  publishes to the queue itself (``roles.SELF_PUBLISHING``) has no publisher and needs none.
+
 One clock: the functions' processes read the instant the caller's :class:`SharedClock` writes
-(``REMINDERS_CLOCK_FILE``). The twin runs the variant of the template whose scanner publishes
-to the queue itself (``roles.SELF_PUBLISHING``): no publisher function, no Lambda Invoke
-endpoint here (``reminders local up --explain`` says so).
+(``REMINDERS_CLOCK_FILE``).
 
 Metrics, for the alarms: :attr:`Twin.metrics` is fed with the functions' EMF lines (their
 stdout), each invocation's Lambda metrics and the queues' figures at each tick, all stamped on
@@ -51,17 +59,33 @@ from reminders.config import QueueUrls
 from reminders.errors import RemindersError
 from reminders.local import roles, stack
 from reminders.local.moto_server import ACCOUNT
+from reminders.local.synth import LOCAL_RESOURCES
 from reminders.local.twin import metrics as twin_metrics
 from reminders.local.twin import resources
 from reminders.local.twin.assets import FunctionAssets, build_assets
+from reminders.local.twin.async_invoke import (
+    AsyncConfig,
+    AsyncEvent,
+    AsyncEvents,
+    Caller,
+    InvokeEndpoint,
+    RunResult,
+    Served,
+)
 from reminders.local.twin.functions import FunctionSpec, function_specs
-from reminders.local.twin.instances import FunctionFailed, FunctionPool, lambda_environment
+from reminders.local.twin.instances import (
+    FunctionFailed,
+    FunctionPool,
+    InstanceError,
+    lambda_environment,
+)
 from reminders.local.twin.poller import Poller
 from reminders.local.twin.references import REF, LocalValues, queue_values, values_by_name
 from reminders.local.twin.watch import SimulatedAges
 from reminders.queue import Queue
 
-# The functions the twin runs: the rule's, the mappings' and the custom resource's.
+# The functions the twin runs: the rule's, the mappings' and the custom resource's; and the
+# publisher the scanner invokes, when the template has one (twin_functions).
 TWIN_FUNCTIONS = ("scanner", "consumer", "redrive", "migrate")
 # Instances of one function at most, and so batches of one mapping in flight at most: the
 # template allows 36 consumers, which one shared machine cannot hold as processes.
@@ -73,6 +97,32 @@ RESPONSE_WAIT_SECONDS = 10.0
 class TwinError(RemindersError):
     """The twin could not run what the template declares; the message names the resource and
     the property where the template is at fault."""
+
+
+def publisher_of(template: Any) -> tuple[str, str] | None:
+    """The publisher function's logical id and deployed name (its FunctionName, else the
+    stack's name and logical id, as FunctionSpec.deployed_name), or None when the template
+    has none (the variant whose scanner publishes itself)."""
+    for logical_id, resource in template.get("Resources", {}).items():
+        if LOCAL_RESOURCES["publisher"].match(logical_id) and \
+                resource.get("Type") == resources.FUNCTION:
+            name = (resource.get("Properties") or {}).get("FunctionName")
+            return logical_id, name if isinstance(name, str) else f"Reminders-{logical_id}"
+    return None
+
+
+def twin_functions(template: Any) -> tuple[str, ...]:
+    return (*TWIN_FUNCTIONS, "publisher") if publisher_of(template) else TWIN_FUNCTIONS
+
+
+def function_arn(name: str) -> str:
+    return f"arn:aws:lambda:{stack.REGION}:{ACCOUNT}:function:{name}"
+
+
+def session_arn(role_arn: str, session: str) -> str:
+    """The assumed role's ARN a role's session calls as (STS's AssumedRoleUser)."""
+    account, _, path = role_arn.removeprefix("arn:aws:iam::").partition(":role/")
+    return f"arn:aws:sts::{account}:assumed-role/{path.rsplit('/', 1)[-1]}/{session}"
 
 
 def database_secret(endpoint: str, name: str, username: str, password: str) -> str:
@@ -183,6 +233,9 @@ class Twin:
     # ``app_login`` (so the custom resource's properties, which name it, stay the same and
     # CloudFormation would send no event); a fresh secret each start when None.
     app_secret_name: str | None = None
+    async_events: AsyncEvents | None = None  # the publisher's queued events (with a fan-out)
+    invoke_endpoint: InvokeEndpoint | None = None
+    _roles: dict[str, roles.FunctionRole] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ start and stop
 
@@ -214,16 +267,21 @@ class Twin:
             self.endpoint_url, self.app_secret_name or f"{self.prefix}-app-{tag}",
             *self.app_login)
         local = self._local_values(master_arn, app_arn)
-        self.specs = function_specs(self.template, local, only=TWIN_FUNCTIONS)
+        functions = twin_functions(self.template)
+        self.specs = function_specs(self.template, local, only=functions)
+        publisher = publisher_of(self.template)
         place = roles.Place(region=stack.REGION, account=ACCOUNT, arns={
             **{name: resources.local_name(self.queues, name).arn
                for name in ("deliveries", "dlq", "parking")},
             "secrets_key": self.secrets_key_arn, "app_secret": app_arn,
-            "master_secret": master_arn})
+            "master_secret": master_arn,
+            **({"publisher": function_arn(publisher[1])} if publisher else {})})
         admin_arn = stack.aws_client("sts", self.endpoint_url).get_caller_identity()["Arn"]
-        made = roles.create_roles(
+        made = self._roles = roles.create_roles(
             stack.aws_client("iam", self.endpoint_url), stack.aws_client("sts", self.endpoint_url),
-            self.template, place, admin_arn, functions=TWIN_FUNCTIONS, prefix=self.prefix)
+            self.template, place, admin_arn, functions=functions, prefix=self.prefix)
+        if publisher is not None:
+            self._start_async_invokes(plan, made)
         assets = self.assets = self.assets or build_assets()
         settings = self._local_settings()
         for name, spec in self.specs.items():
@@ -276,12 +334,44 @@ class Twin:
 
     def _local_values(self, master_arn: str, app_arn: str) -> LocalValues:
         host = str(conninfo_to_dict(self.database_url).get("host") or "127.0.0.1")
+        publisher = publisher_of(self.template)
         return LocalValues(stack.REGION, ACCOUNT, values_by_name(self.template, {
             **{name: queue_values(resources.local_name(self.queues, name).url, stack.REGION,
                                   ACCOUNT) for name in ("deliveries", "dlq", "parking")},
             "proxy": {"Endpoint": host},
             "app_secret": {REF: app_arn},
-            "master_secret": {REF: master_arn}}))
+            "master_secret": {REF: master_arn},
+            **({"publisher": {REF: publisher[1], "Arn": function_arn(publisher[1])}}
+               if publisher else {})}))
+
+    def _start_async_invokes(self, plan: resources.TwinPlan,
+                             made: Mapping[str, roles.FunctionRole]) -> None:
+        """The Lambda Invoke endpoint the functions call (the scanner, its publisher) and the
+        queue of asynchronous events, each function's EventInvokeConfig read from the plan."""
+        by_logical_id = {spec.logical_id: name for name, spec in self.specs.items()}
+        configs: dict[str, AsyncConfig] = {}
+        for logical_id, config in plan.invoke_configs.items():
+            name = by_logical_id.get(logical_id)
+            if name is None:
+                continue
+            if config.qualifier != "$LATEST":
+                raise TwinError(f"{config.logical_id}: Qualifier {config.qualifier!r} names a "
+                                "version or alias, which the twin does not publish")
+            on_failure = self.queues[config.on_failure].url if config.on_failure else None
+            configs[name] = AsyncConfig(config.maximum_retry_attempts,
+                                        config.maximum_event_age, on_failure)
+        names = {name: spec.deployed_name() for name, spec in self.specs.items()}
+        self.async_events = AsyncEvents(
+            self._run_event, configs, self.clock.now, received=self._async_received,
+            dropped=self._async_dropped, send_failure=self._send_to_destination,
+            function_arn=lambda name: function_arn(names[name]))
+        self.invoke_endpoint = InvokeEndpoint(
+            {deployed: Served(name, deployed) for name, deployed in names.items()},
+            self.async_events, region=stack.REGION, account=ACCOUNT, run_sync=self._run_event)
+        for name, role in made.items():
+            self.invoke_endpoint.add_caller(Caller(
+                role.credentials.access_key, role.credentials.secret_key,
+                role.credentials.token, session_arn(role.arn, name), role.document))
 
     def _local_settings(self) -> dict[str, str]:
         login = conninfo_to_dict(self.database_url)
@@ -290,6 +380,8 @@ class Twin:
                 "REMINDERS_REFILL_PATIENCE_SECONDS": "0",
                 **({"REMINDERS_CLOCK_FILE": self.clock.path}
                    if isinstance(self.clock, SharedClock) else {}),
+                **({"AWS_ENDPOINT_URL_LAMBDA": self.invoke_endpoint.url}
+                   if self.invoke_endpoint is not None else {}),
                 **self.extra_env}
 
     def alarm_board(self) -> Any:
@@ -325,6 +417,9 @@ class Twin:
         if self._catcher is not None:
             self._catcher.close()
             self._catcher = None
+        if self.invoke_endpoint is not None:
+            self.invoke_endpoint.close()
+            self.invoke_endpoint = None
 
     def __enter__(self) -> Twin:
         return self.start()
@@ -399,12 +494,56 @@ class Twin:
             if time.monotonic() - sent > max_age:
                 break
             result = self.invoke("scanner", event)
+            # What the scanner invoked asynchronously runs now, whether or not it then failed.
+            self.run_async_events()
             if result.ok:
                 answer: dict[str, Any] = result.json()
                 return answer
             error = result.error
         twin_metrics.record_async_dropped(self.metrics, scanner.deployed_name(), at)
         return {"error": error}
+
+    # ------------------------------------------------------------------ asynchronous invokes
+
+    def run_async_events(self, *, max_attempts: int = 1000) -> list[AsyncEvent]:
+        """Run the queued asynchronous events whose turn has come at the clock's instant (a
+        first attempt, or a retry whose wait is over; an event past its maximum age is
+        dropped); the events that ended. Nothing without a publisher."""
+        if self.async_events is None:
+            return []
+        return self.async_events.run_due(max_attempts=max_attempts)
+
+    def _run_event(self, name: str, payload: bytes) -> RunResult:
+        """One attempt of function ``name`` with an accepted event's payload."""
+        at = self.clock.now()
+        try:
+            result = self.invoke(name, json.loads(payload))
+        except FunctionFailed as exc:  # its init failed: Lambda retries it as an error
+            return RunResult(str(exc), response=exc.result.payload)
+        except InstanceError as exc:  # no instance free: throttled, it did not run
+            twin_metrics.record_invocation(self.metrics, self.specs[name].deployed_name(), at,
+                                           duration_ms=0, error=False, throttled=True)
+            return RunResult(str(exc), throttled=True)
+        error = result.error
+        return RunResult(None if error is None else
+                         f"{error.get('errorType')}: {error.get('errorMessage')}",
+                         response=result.payload)
+
+    def _async_received(self, event: AsyncEvent) -> None:
+        twin_metrics.record_async_received(self.metrics, self.specs[event.function]
+                                           .deployed_name(), event.received)
+
+    def _async_dropped(self, event: AsyncEvent, at: datetime) -> None:
+        twin_metrics.record_async_dropped(self.metrics, self.specs[event.function]
+                                          .deployed_name(), at)
+
+    def _send_to_destination(self, event: AsyncEvent, url: str,
+                             record: Mapping[str, Any]) -> None:
+        """Lambda sends the record as the function's role: one that is not granted
+        sqs:SendMessage on the destination loses it (raises, kept on the event)."""
+        sqs = stack.service_client("sqs", self.endpoint_url,
+                                   credentials=self._roles[event.function].credentials)
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(record))
 
     def sample_queues(self, at: datetime) -> None:
         """The queues' figures for the minute of ``at``. On a simulated clock a message's age
