@@ -34,6 +34,13 @@ from tests.conftest import T0, Harness
 from tests.integration.pipeline_helpers import delivery, schedule_webhook
 from tests.twin_templates import logical_id, props, template_copy
 
+
+def shared_clock(twin: Twin) -> SharedClock:
+    """The twin's clock, which these tests move: the SharedClock they gave it."""
+    assert isinstance(twin.clock, SharedClock), twin.clock
+    return twin.clock
+
+
 # A publisher that fails its first TWIN_TEST_FAILURES runs, then is the real one; the counter
 # file says how many runs there were.
 FLAKY = '''"""A publisher that fails its first runs (the twin's asynchronous invoke tests)."""
@@ -132,13 +139,13 @@ def test_the_template_retries_a_failing_publisher_twice_and_the_third_try_delive
         event = only_event(twin)
         assert event.function == "publisher" and event.received == T0
         assert json.loads(event.payload)["messages"][0][0] == delivery(harness, key)["id"]
-        twin.clock.advance(MINUTE - timedelta(seconds=1))
+        shared_clock(twin).advance(MINUTE - timedelta(seconds=1))
         twin.run_async_events()
         assert runs(counter) == 1  # Lambda waits a minute before the second try
-        twin.clock.advance(timedelta(seconds=1))
+        shared_clock(twin).advance(timedelta(seconds=1))
         twin.run_async_events()
         assert runs(counter) == 2
-        twin.clock.advance(2 * MINUTE)  # the third try's turn: the event is 180 s old
+        shared_clock(twin).advance(2 * MINUTE)  # the third try's turn: the event is 180 s old
         twin.run_async_events()
         work = twin.work(max_seconds=30)
         alarm = dropped_alarm(twin)
@@ -160,9 +167,9 @@ def test_a_publisher_failing_every_try_is_dropped_and_nothing_is_lost(
         (key,) = schedule_webhook(harness, "twin-async-1", at=T0)
         assert twin.tick()["published"] == 1
         event = only_event(twin)
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.run_async_events()
-        twin.clock.advance(2 * MINUTE)
+        shared_clock(twin).advance(2 * MINUTE)
         assert twin.run_async_events() == [event]
         assert [a.at for a in event.attempts] == [T0, T0 + MINUTE, T0 + 3 * MINUTE]
         assert (event.outcome, event.reason) == ("dropped", "RetriesExhausted")
@@ -172,12 +179,12 @@ def test_a_publisher_failing_every_try_is_dropped_and_nothing_is_lost(
         assert held(harness, key)  # by the lease the dropped chunk carried
         assert dropped_alarm(twin) == "ALARM"
         # The lease expires; a tick reclaims it and hands it to the publisher again.
-        twin.clock.set(T0 + timedelta(seconds=lease + 60))
+        shared_clock(twin).set(T0 + timedelta(seconds=lease + 60))
         for _ in range(3):
             twin.tick()
             if runs(counter) == 4:
                 break
-            twin.clock.advance(MINUTE)
+            shared_clock(twin).advance(MINUTE)
         assert runs(counter) == 4
         assert twin.async_events is not None
         assert [e.outcome for e in twin.async_events.events] == ["dropped", "succeeded"]
@@ -197,9 +204,9 @@ def test_the_old_120_s_age_in_a_template_copy_drops_the_third_try(
     with make_twin(harness, template, assets, tmp_path) as twin:
         (key,) = schedule_webhook(harness, "twin-async-7", at=T0)
         twin.tick()
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.run_async_events()
-        twin.clock.advance(2 * MINUTE)
+        shared_clock(twin).advance(2 * MINUTE)
         twin.run_async_events()
         event = only_event(twin)
         alarm = dropped_alarm(twin)
@@ -219,7 +226,7 @@ def test_no_retries_in_a_template_copy_drops_the_event_after_its_first_failure(
         (key,) = schedule_webhook(harness, "twin-async-3", at=T0)
         twin.tick()
         for _ in range(3):
-            twin.clock.advance(MINUTE)
+            shared_clock(twin).advance(MINUTE)
             twin.run_async_events()
         event = only_event(twin)
         alarm = dropped_alarm(twin)
@@ -238,7 +245,7 @@ def test_an_event_older_than_its_maximum_age_is_dropped_unrun_and_the_alarm_fire
         twin.async_events.paused = True  # Lambda's queue backed up
         schedule_webhook(harness, "twin-async-4", at=T0)
         twin.tick()
-        twin.clock.advance(timedelta(seconds=max_age(template) + 1))
+        shared_clock(twin).advance(timedelta(seconds=max_age(template) + 1))
         twin.async_events.paused = False
         ended = twin.run_async_events()
         alarm = dropped_alarm(twin)
@@ -303,7 +310,7 @@ def test_a_healthy_run_of_the_fan_out_fires_no_alarm(
         tick = twin.tick()
         twin.work(max_seconds=30)
         for _ in range(6):
-            twin.clock.advance(MINUTE)
+            shared_clock(twin).advance(MINUTE)
             twin.tick()
         board = twin.alarm_board()
         board.advance(T0)
@@ -347,7 +354,7 @@ def test_the_consoles_redrive_of_parking_sends_messages_back_and_redrive_recheck
         twin.work(max_seconds=30)
         assert delivery(harness, sent_key)["state"] == "sent"
         (held_key,) = schedule_webhook(harness, "twin-console-2", at=T0 + MINUTE)
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.tick()
         (stolen,) = receive_all(sqs, urls.deliveries)  # no consumer will see it
         sqs.delete_message(QueueUrl=urls.deliveries, ReceiptHandle=stolen["ReceiptHandle"])
@@ -380,7 +387,7 @@ def test_the_consoles_redrive_of_parking_sends_messages_back_and_redrive_recheck
         held = delivery(harness, held_key)
         held_events = db.fetch_all(harness.conn, "events_of_delivery",
                                    {"id": held["id"], "tenant": "acme"})
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.tick()
         twin.work(max_seconds=30)
     assert any(e["actor"] == "redrive" and e["event"] == "dropped"
@@ -471,7 +478,7 @@ def test_the_runbooks_console_redrive_of_parking_rechecks_each_parked_delivery(
         twin.work(max_seconds=30)
         assert delivery(harness, sent_key)["state"] == "sent"
         (held_key,) = schedule_webhook(harness, "twin-runbook-2", at=T0 + MINUTE)
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.tick()
         (stolen,) = receive_all(sqs, urls.deliveries)  # no consumer will see it
         sqs.delete_message(QueueUrl=urls.deliveries, ReceiptHandle=stolen["ReceiptHandle"])
@@ -513,7 +520,7 @@ def test_the_runbooks_console_redrive_of_parking_rechecks_each_parked_delivery(
         # The two it cannot settle are parked again, with their reasons, for an operator.
         again = sqs.receive_message(QueueUrl=urls.parking, MaxNumberOfMessages=10,
                                     MessageAttributeNames=["All"]).get("Messages", [])
-        twin.clock.advance(MINUTE)
+        shared_clock(twin).advance(MINUTE)
         twin.tick()
         twin.work(max_seconds=30)
     assert {e["event"] for e in sent_events if e["actor"] == "redrive"} == {"dropped"}

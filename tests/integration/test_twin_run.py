@@ -141,6 +141,7 @@ def test_the_migrations_custom_resource_gets_create_then_update_as_cloudformatio
     assert fingerprint["OldResourceProperties"]["Fingerprint"] != "0" * 64
     assert fingerprint["ResourceProperties"]["Fingerprint"] == "0" * 64
     # The functions log in as the application role the Create made, not as the master.
+    assert first.app_login is not None
     login = harness.conn.execute(
         "select rolname from pg_roles where rolname = %s", (first.app_login[0],)).fetchone()
     assert login is not None
