@@ -109,10 +109,11 @@ def test_status_without_an_evaluation_says_where_alarms_come_from(cli: Cli) -> N
 
 
 def test_work_shows_its_progress_in_a_terminal_and_nothing_when_piped(
-        aws_cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str) -> None:
+        aws_cli: Cli, queue_urls: config.QueueUrls, moto_endpoint: str,
+        as_lambda: dict[str, str]) -> None:
     from tests.terminal import run
 
-    env = {**aws_cli.env, "REMINDERS_NOW": "2027-03-01T09:00:00Z"}
+    env = {**aws_cli.env, **as_lambda, "REMINDERS_NOW": "2027-03-01T09:00:00Z"}
     put(moto_endpoint, queue_urls.deliveries, "{not json")
     shown = run(["work", "--max-seconds", "20"], env, stdout_tty=True, stderr_tty=True)
     assert shown.code == 4, shown.err

@@ -97,10 +97,12 @@ EXPECTED_ALARMS: dict[str, set[str]] = {
 CUT_SHORT = {"DeliveriesUnknown", "OldestOverdueDelivery"}
 # A consumer invocation that reaches the stopped Postgres raises (ConsumerErrors) and fails
 # its batch, and a message whose batches failed maxReceiveCount times reaches the dead-letter
-# queue (DeadLetterArrivals); or it waits the outage out.
+# queue (DeadLetterArrivals), where the redrive function's invocation that reaches the stopped
+# Postgres raises too (RedriveErrors); or it waits the outage out.
 ALSO_FIRED: dict[str, set[str]] = {"consumer-kill": CUT_SHORT,
                                    "postgres-restart": CUT_SHORT | {"ConsumerErrors",
-                                                                    "DeadLetterArrivals"},
+                                                                    "DeadLetterArrivals",
+                                                                    "RedriveErrors"},
                                    "scanner-kill": {"OldestOverdueDelivery"},
                                    "duplicate-message": {"OldestOverdueDelivery"}}
 

@@ -63,10 +63,10 @@ GROUPS = (
 # How ``reminders --help`` lists the commands: a few groups, as ``gh`` and ``temporal`` do;
 # ``show``, ``list`` and ``reconcile`` are short for ``deliveries show|list|reconcile``.
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("operator commands", ("status", "deliveries", "tenants")),
+    ("operator commands", ("status", "deliveries", "tenants", "throughput")),
     ("scheduling commands", ("schedule", "reschedule", "cancel", "schedules", "preview", "opt-out",
                     "opt-in", "opt-outs")),
-    ("endpoint and kind commands", ("endpoints", "kinds")),
+    ("endpoint, channel and kind commands", ("endpoints", "channels", "kinds")),
     ("one-machine commands", ("local", "migrate", "tick", "work", "console", "demo", "drill")),
     ("shell commands", ("completion", "version")),
 )

@@ -102,7 +102,7 @@ def known_names(what: str) -> list[str]:
         with db.connect(running.database_url, connect_timeout=1) as conn:
             if what == "kinds":
                 return [str(r["name"]) for r in db.fetch_all(conn, "kinds_list")]
-            return [str(r["tenant"]) for r in db.fetch_all(conn, "tenants_list",
+            return [str(r["tenant"]) for r in db.fetch_all(conn, "tenant_names",
                                                            {"limit": 1000})]
     except (TooSlow, Exception):  # noqa: BLE001 - a Tab shows nothing rather than an error
         return []

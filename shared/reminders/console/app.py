@@ -40,6 +40,9 @@ from reminders.console.context import (
     ConsoleContext,
     allowed_hosts,
 )
+from reminders.console.params import limit as _limit
+from reminders.console.params import query as _query
+from reminders.console.params import text as _text
 from reminders.errors import DatabaseUnavailable, InvalidInput, NotFound, RemindersError
 from reminders.reasons import MAX_REASON_LENGTH, checked_reason
 
@@ -59,14 +62,6 @@ SECURITY_HEADERS = {
 }
 
 
-def _text(params: QueryParams | FormData, name: str) -> str | None:
-    value = params.get(name)
-    if not isinstance(value, str):
-        return None
-    value = value.strip()
-    return value or None
-
-
 def _instant(text: str | None, field: str) -> datetime | None:
     """An ISO-8601 instant; without an offset it is read as UTC (the page says so)."""
     if text is None:
@@ -79,14 +74,6 @@ def _instant(text: str | None, field: str) -> datetime | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
-
-
-def _limit(text: str | None, field: str, default: int, high: int) -> int:
-    if text is None:
-        return default
-    if not text.isdigit() or not 1 <= int(text) <= high:
-        raise InvalidInput(f"{field}: a whole number from 1 to {high}, got {text!r}")
-    return int(text)
 
 
 def _cursor(text: str | None) -> tuple[datetime, int] | None:
@@ -111,12 +98,6 @@ def _filters(params: QueryParams | FormData, *, states: tuple[str, ...]) -> dict
             "channel": channel, "recipient": _text(params, "recipient"),
             "due_from": _instant(_text(params, "due_from"), "due from"),
             "due_to": _instant(_text(params, "due_to"), "due to")}
-
-
-def _query(values: dict[str, Any]) -> str:
-    clean = {k: (v.isoformat().replace("+00:00", "Z") if isinstance(v, datetime) else v)
-             for k, v in values.items() if v not in (None, "")}
-    return urlencode(clean)
 
 
 class AccessGate:

@@ -20,6 +20,8 @@ from starlette.routing import Route
 
 from reminders import operator, settings_commands
 from reminders.console.kit import Kit
+from reminders.console.params import query as _query
+from reminders.console.params import text
 from reminders.errors import InvalidInput
 
 CHANNELS = ("webhook", "email", "sms")
@@ -31,7 +33,6 @@ ENDPOINT_ACTIONS = ("remove", "finish")
 
 
 def _text(params: QueryParams | FormData, name: str) -> str | None:
-    from reminders.console.app import _text as text
 
     return text(params, name)
 
@@ -71,7 +72,6 @@ def _tenant_limit(text: str | None, flag: str) -> Any:
 
 
 def routes(kit: Kit) -> list[Route]:
-    from reminders.console.app import _query
 
     ctx = kit.ctx
 

@@ -15,6 +15,9 @@ from starlette.routing import Route
 
 from reminders import schedule_commands as commands
 from reminders.console.kit import Kit
+from reminders.console.params import limit as _limit
+from reminders.console.params import query as _query
+from reminders.console.params import text as _text
 from reminders.errors import InvalidInput
 
 HOLDS = ("pause", "resume", "trigger")
@@ -23,7 +26,6 @@ BACKFILL_DEFAULT = 100
 
 
 def _named(params: QueryParams | FormData) -> tuple[str, str | None]:
-    from reminders.console.app import _text
 
     key, tenant = _text(params, "key"), _text(params, "tenant")
     if key is None:
@@ -32,7 +34,6 @@ def _named(params: QueryParams | FormData) -> tuple[str, str | None]:
 
 
 def _window(params: QueryParams | FormData) -> tuple[str, str, int]:
-    from reminders.console.app import _limit, _text
 
     start, end = _text(params, "from"), _text(params, "to")
     if start is None or end is None:
@@ -43,7 +44,6 @@ def _window(params: QueryParams | FormData) -> tuple[str, str, int]:
 
 
 def schedule_link(tenant: str, key: str) -> str:
-    from reminders.console.app import _query
 
     return "/schedule?" + _query({"tenant": tenant, "key": key})
 
@@ -52,7 +52,6 @@ def routes(kit: Kit) -> list[Route]:
     ctx = kit.ctx
 
     async def schedules_list(request: Request) -> Response:
-        from reminders.console.app import _limit, _text
 
         params = request.query_params
 
@@ -85,7 +84,6 @@ def routes(kit: Kit) -> list[Route]:
         return await kit.read(request, work, "schedule.html")
 
     async def hold_confirm(request: Request) -> Response:
-        from reminders.console.app import _text
 
         params = request.query_params
 
@@ -100,7 +98,6 @@ def routes(kit: Kit) -> list[Route]:
         return await kit.read(request, work, "confirm_schedule.html")
 
     async def hold_run(request: Request) -> Response:
-        from reminders.console.app import _text
 
         def work(conn: Any, form: FormData) -> dict[str, Any]:
             key, tenant = _named(form)

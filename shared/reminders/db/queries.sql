@@ -1163,6 +1163,10 @@ update tenant_defaults set max_pending = %(max_pending)s,
 select tenant, recipient, channel, created_at from opt_outs
 where tenant = %(tenant)s and recipient = %(recipient)s and channel = %(channel)s;
 
+-- name: tenant_names
+-- CROSS-TENANT: the tenants' names, for a shell's completion, off the primary key.
+select id as tenant from tenants order by id limit %(limit)s;
+
 -- name: tenants_list
 -- CROSS-TENANT: the operator's list. Pending counts are the kept counts (delivery_counts,
 -- summed over its groups and shards: O(groups) a tenant), never the deliveries themselves, so
