@@ -28,7 +28,7 @@ def main() -> int:
         os.environ.pop(key, None)
     from reminders import runtime
     from reminders.clock import FixedClock, iso
-    from reminders.local import stack
+    from reminders.local import operator_access, stack
     from reminders.observability import logger
     from tests import console_traffic
 
@@ -36,11 +36,18 @@ def main() -> int:
     local = stack.up()
     server: subprocess.Popen[bytes] | None = None
     try:
-        env = local.env()
+        # The traffic is made with moto's administrator's hands (as a test's are); the console
+        # runs as an operator holding the operator-direct policy on these queues.
+        env = {**local.env(), **stack.credentials_env(stack.administrator(local.endpoint_url))}
         env["DATABASE_URL"] = local.new_database("console_shots")
         urls = stack.prepare_aws(local.endpoint_url, prefix="shots")
         env.update({"REMINDERS_QUEUE_URL": urls.deliveries, "REMINDERS_DLQ_URL": urls.dlq,
                     "REMINDERS_PARKING_QUEUE_URL": urls.parking})
+        arns = {name: operator_access.queue_arn(url, stack.REGION) for name, url in
+                (("deliveries", urls.deliveries), ("dlq", urls.dlq), ("parking", urls.parking))}
+        viewer = operator_access.grant(
+            stack.aws_client("iam", local.endpoint_url), "shots-operator",
+            operator_access.direct_policy(arns, local.secrets_key_id))
         for key, value in env.items():
             os.environ.setdefault(key, value)
         clock = FixedClock(console_traffic.T0)
@@ -52,7 +59,8 @@ def main() -> int:
         port = stack.free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "reminders.cli", "console", "--port", str(port)],
-            env={**os.environ, **env, "REMINDERS_NOW": iso(end)}, stderr=subprocess.DEVNULL)
+            env={**os.environ, **env, **stack.credentials_env(viewer), "REMINDERS_NOW": iso(end)},
+            stderr=subprocess.DEVNULL)
         base = f"http://127.0.0.1:{port}"
         stack.wait_http(f"{base}/static/console.css")
         shoot(base)
