@@ -91,8 +91,12 @@ def test_go_to_takes_a_delivery_key_a_schedule_key_or_a_webhook_id(console: Cons
     go(page, "#goto-form button")
     assert page.inner_text("#state") == "dead"
     assert dead["delivery_key"] in page.inner_text("h1")
+    # a schedule key opens the schedule's page, whose "all of them" lists its deliveries
     page.fill("#goto-form input[name=q]", "invoice-8")
     go(page, "#goto-form button")
+    assert page.inner_text("#schedule-key") == "invoice-8"
+    assert page.inner_text("#tenant") == "globex"
+    go(page, "#all-deliveries")
     assert shown(page) == listed(console, "--schedule", "invoice-8", "--tenant", "globex")
     assert len(shown(page)) == 4
     # a webhook-id: the key itself, or its percent-encoded form for a key that is not ASCII

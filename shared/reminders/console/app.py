@@ -325,9 +325,9 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             target = "/delivery?" + _query({"tenant": found[0]["tenant"],
                                             "key": found[0]["key"]})
             return Response(status_code=303, headers={"Location": target, **SECURITY_HEADERS})
-        if len(found) == 1:
-            target = "/deliveries?" + _query({"tenant": found[0]["tenant"],
-                                              "schedule": found[0]["key"]})
+        if len(found) == 1:  # a schedule: its page, which links to all its deliveries
+            target = "/schedule?" + _query({"tenant": found[0]["tenant"],
+                                            "key": found[0]["key"]})
             return Response(status_code=303, headers={"Location": target, **SECURITY_HEADERS})
         return page(request, "goto.html", context)
 
