@@ -106,10 +106,15 @@ def pg_server(pg_cluster: PgCluster) -> str:
 
 
 @pytest.fixture
-def database_url(pg_cluster: PgCluster) -> str:
+def database_url(pg_cluster: PgCluster) -> Iterator[str]:
     """A database of its own, cloned from the migrated template, as clients reach it (through
-    the pooler)."""
-    return pg_cluster.new_database(f"t_{os.getpid()}_{next(_counter)}")
+    the pooler). Afterwards the pooler closes its server connections: idle ones would
+    otherwise stay for server_idle_timeout, and a run of quick tests (two or three pools
+    each) fills the server's max_connections with them."""
+    name = f"t_{os.getpid()}_{next(_counter)}"
+    yield pg_cluster.new_database(name)
+    if pg_cluster.pooler is not None:
+        pg_cluster.pooler.reconnect(pg_cluster.direct, name)
 
 
 @pytest.fixture
