@@ -247,13 +247,18 @@ def prepare(world: World, n: int, channel: str, *, leased: bool = True) -> Case:
     return Case(result.deliveries[0].delivery_key, key, recipient, channel, body)
 
 
-def blocked_or_done(world: World, thread: threading.Thread, pid: int) -> None:
-    """Wait until the thread finished or its session waits on a lock (bounded)."""
+def blocked_or_done(world: World, thread: threading.Thread) -> None:
+    """Wait until the thread finished or its session waits on a lock (bounded). Through the
+    pooler a client's transactions run on whichever server connection is free, so its
+    backend is not the one it logged in on: the waiting session is found as any session of
+    this database waiting on a lock (the first actor, paused between statements, waits on
+    none, and the observer runs only this query)."""
     deadline = time.monotonic() + 15
     while thread.is_alive() and time.monotonic() < deadline:
-        row = world.app.execute("select wait_event_type from pg_stat_activity "
-                                "where pid = %s", (pid,)).fetchone()
-        if row and row["wait_event_type"] == "Lock":
+        row = world.app.execute("select count(*) as n from pg_stat_activity"
+                                " where datname = current_database()"
+                                " and wait_event_type = 'Lock'").fetchone()
+        if row and row["n"]:
             return
         thread.join(0.005)
 
@@ -279,7 +284,7 @@ def run(world: World, case: Case, first: str, second: str, at: int,
     rt_a = world.runtime(actors[first][1])
     rt_b = world.runtime(actors[second][1])
     rt_a.connection()
-    pid_b = rt_b.connection().info.backend_pid
+    rt_b.connection()
     pauses.arm("first", at)
     a = threading.Thread(target=go(first, rt_a), name="first")
     a.start()
@@ -288,7 +293,7 @@ def run(world: World, case: Case, first: str, second: str, at: int,
     reached = pauses.paused.is_set()
     b = threading.Thread(target=go(second, rt_b), name="second")
     b.start()
-    blocked_or_done(world, b, pid_b)
+    blocked_or_done(world, b)
     pauses.resume.set()
     a.join(30)
     b.join(30)
@@ -299,8 +304,11 @@ def run(world: World, case: Case, first: str, second: str, at: int,
     return reached
 
 
-def settle_all(world: World) -> None:
-    """Run the system until quiet: ticks and consumers, well past every lease."""
+def settle_all(world: World, case: Case) -> None:
+    """Run the system until quiet: ticks and consumers, well past every lease, at most to
+    minute 100. Quiet is a round after which nothing was queued and every delivery of the
+    case is terminal: a later round could only find what a check below finds anyway (a
+    lease or due entry left behind, which check_due_queue compares with the rows)."""
     for minute in (20, 40, 60, 80, 100):
         rt = world.runtime(timedelta(minutes=minute))
         scanner.tick(rt)
@@ -309,6 +317,16 @@ def settle_all(world: World) -> None:
             consumer.process_batch(event(bodies), rt)
         scanner.tick(rt)
         rt.close()
+        if not world.queue.depth() and settled(world, case):
+            return
+
+
+def settled(world: World, case: Case) -> bool:
+    row = world.app.execute(
+        "select count(*) filter (where d.state <> all(%s)) as open from deliveries d"
+        " join schedules s on s.id = d.schedule_id where s.schedule_key = %s",
+        (list(TERMINAL), case.schedule_key)).fetchone()
+    return row is not None and row["open"] == 0
 
 
 def violations(world: World, case: Case) -> list[str]:
@@ -375,7 +393,7 @@ def every_interleaving(database_url: str, pauses: Pauses, first: str, second: st
         for at in range(40):  # bounded: no actor runs this many statements
             case = prepare(world, at, channel, leased=leased)
             reached = run(world, case, first, second, at, pauses, actors)
-            settle_all(world)
+            settle_all(world, case)
             found += [f"{first} paused before statement {at}, {second} ran: {v}"
                       for v in violations(world, case)]
             ran += 1
