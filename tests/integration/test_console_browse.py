@@ -228,3 +228,53 @@ def test_tenants_endpoints_and_opt_outs_as_the_command_line_lists_them(console: 
     # pausing from here is the overview's confirmed action, with a reason
     go(page, "tr.tenant-row[data-tenant='initech'] >> text=resume…")
     assert page.url.endswith("/actions/tenant?tenant=initech&pause=0")
+
+
+def test_go_to_a_name_of_several_things_lists_each_with_its_own_page(console: Console,
+                                                                     page: Any) -> None:
+    # a value that is a delivery key of globex's and the schedule key of two other tenants'
+    # schedules: the go-to box cannot pick, so it lists the three, each linked to its own page
+    dead = console.cli("list", "--state", "dead", "--tenant", "globex", "--json").json()[0]
+    name = dead["delivery_key"]
+    for tenant, channel in (("pick-a", "email"), ("pick-b", "sms")):
+        console.cli("schedule", "--tenant", tenant, "--channel", channel, "--at",
+                    "2027-03-02T09:00:00Z", "--recipient", f"{tenant}@x.example"
+                    if channel == "email" else "+15550100", "--key", name, "--json",
+                    now=console.now)
+    page.goto(console.url + "/deliveries")
+    page.fill("#goto-form input[name=q]", name)
+    go(page, "#goto-form button")
+    assert urllib.parse.urlsplit(page.url).path == "/go"
+    assert page.inner_text("h1") == f"Go to {name}"
+    candidates = page.locator("#found li.found a")
+    listed_here = [(a.inner_text(), a.get_attribute("href")) for a in candidates.all()]
+    expected = [(f"delivery {name}", "/delivery?" + urllib.parse.urlencode(
+                    {"tenant": "globex", "key": name})),
+                (f"schedule {name}", "/schedule?" + urllib.parse.urlencode(
+                    {"tenant": "pick-a", "key": name})),
+                (f"schedule {name}", "/schedule?" + urllib.parse.urlencode(
+                    {"tenant": "pick-b", "key": name}))]
+    assert sorted(listed_here) == sorted(expected)
+    assert sorted(page.locator("#found li.found").all_inner_texts()) == sorted([
+        f"delivery {name} of tenant globex", f"schedule {name} of tenant pick-a",
+        f"schedule {name} of tenant pick-b"])
+    # each link, followed, lands on the page of what it names
+    for text, href in listed_here:
+        page.goto(console.url + "/go?" + urllib.parse.urlencode({"q": name}))
+        go(page, f"#found a[href='{href}']")
+        tenant = urllib.parse.parse_qs(urllib.parse.urlsplit(href).query)["tenant"][0]
+        assert page.inner_text("#tenant").split()[0] == tenant, href
+        if text.startswith("delivery "):
+            assert urllib.parse.urlsplit(page.url).path == "/delivery"
+            assert page.inner_text("h1") == f"Delivery {name}"
+            assert page.inner_text("#state") == "dead"
+        else:
+            assert urllib.parse.urlsplit(page.url).path == "/schedule"
+            assert page.inner_text("#schedule-key") == name
+            shown_schedule = console.cli("schedules", "show", name, "--tenant", tenant,
+                                         "--json", now=console.now).json()
+            assert page.inner_text("#channel") == shown_schedule["channel"], href
+    # the tenant given narrows it to one, which opens directly
+    page.goto(console.url + "/go?" + urllib.parse.urlencode({"q": name, "tenant": "pick-b"}))
+    assert urllib.parse.urlsplit(page.url).path == "/schedule"
+    assert page.inner_text("#tenant") == "pick-b"

@@ -50,3 +50,36 @@ def test_a_recorded_detail_is_said_in_words() -> None:
     assert timefmt.detail({"count": 3, "dry_run": False, "keys": ["a", "b"], "x": None}) == (
         "count: 3; dry_run: no; keys: a, b; x: none")
     assert timefmt.absolute(NOW) == "2027-03-01T09:30:42Z"
+
+
+def test_shared_figures_share_a_failed_read_and_hold_at_most_keep_filters() -> None:
+    from reminders.console.live import SharedFigures
+    from reminders.errors import DatabaseUnavailable
+
+    ticks = [0.0]
+    reads: list[str | None] = []
+    down = [True]
+
+    def read(tenant: str | None) -> dict[str, object]:
+        reads.append(tenant)
+        if down[0]:
+            raise DatabaseUnavailable("the database is unreachable")
+        return {"tenant": tenant, "read": len(reads)}
+
+    shared = SharedFigures(read, seconds=10, clock=lambda: ticks[0], keep=2)
+    for _ in range(3):  # three pages in the period: one read, its failure shown to each
+        with pytest.raises(DatabaseUnavailable, match="unreachable"):
+            shared.get(None)
+    assert reads == [None]
+    down[0] = False
+    ticks[0] = 10.0
+    assert shared.get(None) == {"tenant": None, "read": 2}
+    assert shared.get(None) == {"tenant": None, "read": 2}
+    ticks[0] = 11.0
+    assert shared.get("acme")["read"] == 3
+    ticks[0] = 12.0
+    assert shared.get("globex")["read"] == 4  # a third filter: the oldest read (None) goes
+    assert shared.get("acme")["read"] == 3 and shared.get("globex")["read"] == 4
+    assert shared.get(None)["read"] == 5
+    with pytest.raises(ValueError, match="keep: at least 1"):
+        SharedFigures(read, seconds=10, clock=lambda: 0.0, keep=0)

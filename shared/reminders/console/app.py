@@ -187,24 +187,29 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
             first = f"{type(exc).__name__}: {first}"
         return page(request, "error.html", {"title": "Error", "message": first}, code)
 
+    def fetch(work: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        """``work(conn)`` on a connection of its own, under the console's read timeout."""
+        with ctx.connect() as conn:
+            if ctx.read_timeout_ms is None:
+                return work(conn)
+            with db.transaction(conn):
+                db.execute(conn, "transaction_statement_timeout",
+                           {"value": f"{ctx.read_timeout_ms}ms"})
+                return work(conn)
+
     async def read(request: Request, work: Callable[[Any], dict[str, Any]],
                    name: str) -> Response:
         """Run ``work(conn)`` off the event loop on a connection of its own; render ``name``."""
-
-        def run() -> dict[str, Any]:
-            with ctx.connect() as conn:
-                if ctx.read_timeout_ms is None:
-                    return work(conn)
-                with db.transaction(conn):
-                    db.execute(conn, "transaction_statement_timeout",
-                               {"value": f"{ctx.read_timeout_ms}ms"})
-                    return work(conn)
-
         try:
-            context = await run_in_threadpool(run)
+            context = await run_in_threadpool(fetch, work)
         except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
             return failure(request, exc)
         return page(request, name, context)
+
+    def figures_of(tenant: str | None) -> dict[str, Any]:
+        return fetch(lambda conn: live.figures(ctx, conn, tenant=tenant))
+
+    shared = live.SharedFigures(figures_of, seconds=ctx.refresh_seconds, clock=ctx.monotonic)
 
     def check_post(request: Request, form: FormData) -> None:
         sent = form.get("csrf")
@@ -246,15 +251,25 @@ def create_app(ctx: ConsoleContext, *, hosts: list[str] | None = None,
     # ------------------------------------------------------------------ pages
 
     async def overview(request: Request) -> Response:
-        tenant = _text(request.query_params, "tenant")
-        return await read(request, lambda conn: live.figures(ctx, conn, tenant=tenant),
-                          "overview.html")
+        """Read afresh (a reload shows the figures of now), and shared with the live regions
+        of every open overview for the rest of the period."""
+        try:
+            tenant = _text(request.query_params, "tenant")
+            context = await run_in_threadpool(figures_of, tenant)
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+        shared.put(tenant, context)
+        return page(request, "overview.html", dict(context))
 
     async def live_region(request: Request) -> Response:
-        """The overview's live region alone, for static/live.js to put in place."""
-        tenant = _text(request.query_params, "tenant")
-        return await read(request, lambda conn: live.figures(ctx, conn, tenant=tenant),
-                          "live.html")
+        """The overview's live region alone, for static/live.js to put in place: the figures
+        of this refresh period, read once for every open page (live.SharedFigures)."""
+        try:
+            tenant = _text(request.query_params, "tenant")
+            context = await run_in_threadpool(shared.get, tenant)
+        except Exception as exc:  # noqa: BLE001 - one line on the page, never a traceback
+            return failure(request, exc)
+        return page(request, "live.html", dict(context))
 
     async def attention(request: Request) -> Response:
         params = request.query_params

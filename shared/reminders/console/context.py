@@ -3,6 +3,7 @@ answers to, and how a request proves it may use it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +27,9 @@ class ConsoleContext:
     # The alarms in ALARM (the local stack's board, as `reminders status` reads it); None: the
     # overview shows no alarms section.
     alarms: Callable[[], dict[str, Any]] | None = None
+    # Seconds on a clock that only goes forward: how old the overview's shared figures are
+    # (live.SharedFigures), never an instant a page shows (those are ``now``'s).
+    monotonic: Callable[[], float] = time.monotonic
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

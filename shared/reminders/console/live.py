@@ -1,10 +1,14 @@
 """The overview's figures, which its live region re-reads in place (``/live``, every few
-seconds, fetched by ``static/live.js``: no reload, no build step, nothing from elsewhere), and
+seconds, fetched by ``static/live.js``: no reload, no build step, nothing from elsewhere; one
+read a refresh period shared by every open page, :class:`SharedFigures`), and
 the throughput charts: per channel, each minute's sends, failures and unknowns as stacked bars
 in server-rendered SVG, every bar carrying its figures (``data-*``) and a tooltip."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +45,69 @@ def figures(ctx: Any, conn: db.Connection, *, tenant: str | None) -> dict[str, A
             "actions": operator.recent_actions(conn, limit=15),
             "split": split(status["by_tenant_kind_channel"]),
             "live_query": {"tenant": tenant} if tenant else {}}
+
+
+class SharedFigures:
+    """The overview's figures, read at most once a refresh period for each tenant filter (all
+    tenants' being one) and shared by every open overview: each page fetches its live region
+    every ``seconds``, and without this each fetch re-ran ``status``, both lateness windows, the
+    throughput and the queues' counts, so N open pages cost N such reads a period. A page that
+    asks while a read is under way waits for that read; one that asks within ``seconds`` of it
+    gets its figures (they say the instant they were read at). A read that failed is shared
+    the same way, so a database that is down is asked once a period, not once a page. At most
+    ``keep`` filters are held (the oldest read is let go first)."""
+
+    def __init__(self, read: Callable[[str | None], dict[str, Any]], *, seconds: float,
+                 clock: Callable[[], float], keep: int = 64) -> None:
+        if keep < 1:
+            raise ValueError(f"keep: at least 1, got {keep}")
+        self._read = read
+        self._seconds = seconds
+        self._clock = clock
+        self._keep = keep
+        self._guard = threading.Lock()
+        self._entries: dict[str | None, _Entry] = {}
+
+    def get(self, tenant: str | None) -> dict[str, Any]:
+        """The figures for ``tenant`` (None: every tenant's), read now only if those held are
+        older than the period; raises what the shared read raised."""
+        entry = self._entry(tenant)
+        with entry.lock:
+            if entry.read_at is None or self._clock() - entry.read_at >= self._seconds:
+                try:
+                    entry.value, entry.error = self._read(tenant), None
+                except Exception as exc:  # noqa: BLE001 - shared with every page, raised below
+                    entry.value, entry.error = None, exc
+                entry.read_at = self._clock()
+            if entry.error is not None:
+                raise entry.error
+            assert entry.value is not None
+            return entry.value
+
+    def put(self, tenant: str | None, value: dict[str, Any]) -> None:
+        """Figures read elsewhere (the whole overview, which always reads afresh), held as
+        this period's."""
+        entry = self._entry(tenant)
+        with entry.lock:
+            entry.value, entry.error, entry.read_at = value, None, self._clock()
+
+    def _entry(self, tenant: str | None) -> _Entry:
+        with self._guard:
+            entry = self._entries.get(tenant)
+            if entry is None:
+                while len(self._entries) >= self._keep:
+                    oldest = min(self._entries, key=lambda k: self._entries[k].read_at or 0.0)
+                    del self._entries[oldest]
+                entry = self._entries[tenant] = _Entry()
+            return entry
+
+
+@dataclass
+class _Entry:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    read_at: float | None = None
+    value: dict[str, Any] | None = None
+    error: Exception | None = None
 
 
 def split(rows: list[dict[str, Any]], cap: int = 200) -> dict[str, Any]:
