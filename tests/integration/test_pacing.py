@@ -361,3 +361,30 @@ def test_channels_set_and_list_and_an_endpoints_rate_from_the_command_line(
     assert actions[0] == {"object": "channel", "name": "email", "action": "paced",
                           "reason": "SES quota"}
 
+
+class Spin:
+    """The shard order's tie-break a take starts from (``pace_take``'s spin), fixed."""
+
+    def __init__(self, spin: int) -> None:
+        self.spin = spin
+
+    def randrange(self, stop: int) -> int:
+        return self.spin % stop
+
+
+@pytest.mark.parametrize("spin", [0, 1])
+def test_a_take_draws_on_the_shard_holding_the_most_tokens(conn: db.Connection,
+                                                            spin: int) -> None:
+    """A bucket of two shards, one spent: whichever shard the spin puts first, a send takes
+    the token the other holds (drawing on the spent one would book it a slot at the back and
+    leave the full one to overflow: the bucket giving less than its rate)."""
+    from datetime import UTC, datetime
+
+    now = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+    pacing.set_rate(conn, "email", 20.0, 20.0, now)
+    conn.execute("update rate_shards set tokens = 0 where key = 'email' and shard = 0")
+    wanted = Counter({"email": 1})
+    with db.transaction(conn):
+        rows = pacing.submit_take(conn, wanted, now, Spin(spin)).rows()  # type: ignore[arg-type]
+    (row,) = rows
+    assert (row["shard"], row["taken"]) == (1, 1), row

@@ -792,7 +792,9 @@ returning id, delivery_id, attempt_no;
 -- name: pace_take
 -- The tokens a batch's sends take (pacing.py): for each paced key, from one shard of its bucket
 -- this transaction can lock at once (SKIP LOCKED: a consumer never waits behind another; one
--- that finds every shard taken gets no token). A shard refills at the rate in force (the set
+-- that finds every shard taken gets no token), the one holding the most tokens first (spin
+-- breaks ties): a send that found none is booked a slot at the back, so tokens left in a shard
+-- no send chose would fill it and overflow, and the bucket would give less than its rate. A shard refills at the rate in force (the set
 -- rate, lowered by throttles: AIMD) divided by the shards, up to burst / shards. The sends it
 -- cannot cover are given its next free slots (slot_base + k / shard_rate), where their
 -- deliveries are released due. Held only until the consumer's start transaction commits.
@@ -808,7 +810,10 @@ with wanted as (
     from wanted w
     left join lateral (
         select r.shard, r.tokens, r.refilled_at, r.reserved_until from rate_shards r
-        where r.key = w.key order by mod(r.shard + %(spin)s, w.shards)
+        where r.key = w.key
+        order by least(w.cap, r.tokens + greatest(0, extract(epoch from
+                     (%(now)s - r.refilled_at))::float8) * w.shard_rate) desc,
+                 mod(r.shard + %(spin)s, w.shards)
         limit 1 for update of r skip locked
     ) s on true
 ), took as (
