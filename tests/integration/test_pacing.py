@@ -362,6 +362,55 @@ def test_channels_set_and_list_and_an_endpoints_rate_from_the_command_line(
                           "reason": "SES quota"}
 
 
+def test_status_shows_what_waits_for_a_token_and_the_providers_throttles(
+        harness: Harness, cli: Any) -> None:
+    """`status` (JSON and text), per paced key: the sends waiting for a token (the slots its
+    bucket booked ahead), the rate in force, and the provider's throttles."""
+    from reminders.clock import iso
+
+    h = harness
+    pacing.set_rate(h.conn, "email", RATE, BURST, h.clock.now())
+    email_burst(h, "waiting", 40)
+    tick(h)
+    work(h)  # one consumer, batch by batch: 10 sent, 30 released due at the bucket's slots
+    assert states(h, "waiting") == {"sent": 10, "scheduled": 30}
+
+    def paced(at: str) -> dict[str, Any]:
+        got = cli("status", "--json", now=at).json()
+        (email,) = [p for p in got["pacing"] if p["key"] == "email"]
+        return dict(email)
+
+    now = h.clock.now()
+    email = paced(iso(now))
+    assert (email["waiting_for_token"], email["booked_until"]) == (
+        30, iso(now + timedelta(seconds=30 / RATE)))
+    assert (email["rate_per_second"], email["rate_in_force_per_second"]) == (RATE, RATE)
+    assert (email["throttles"], email["throttled_in_last_hour"]) == (0, False)
+    text = cli("status", now=iso(now)).out
+    assert "paced channels:\nemail\t10/s\t10/s\t30 (booked until " in text, text
+    # A second on, a second's slots are behind: ten fewer wait.
+    assert paced(iso(now + timedelta(seconds=1)))["waiting_for_token"] == 20
+    # The provider throttles: the rate in force halves, and status says when.
+    stack.ses_state(h.endpoint, throttle=True)
+    try:
+        h.clock.advance(timedelta(seconds=1))
+        tick(h)
+        work(h)
+    finally:
+        stack.ses_state(h.endpoint, throttle=False)
+    throttled_at = h.clock.now()
+    email = paced(iso(throttled_at))
+    assert email["throttles"] == 1 and email["throttled_in_last_hour"] is True, email
+    assert email["last_throttled_at"] == iso(throttled_at)
+    assert email["rate_in_force_per_second"] == RATE / 2
+    assert "1 (last " in cli("status", now=iso(throttled_at)).out
+    # Two hours on: nothing booked ahead, the throttle no longer in the last hour (still counted).
+    later = paced(iso(throttled_at + timedelta(hours=2)))
+    assert (later["waiting_for_token"], later["booked_until"]) == (0, None)
+    assert (later["throttles"], later["throttled_in_last_hour"]) == (1, False)
+    assert later["rate_in_force_per_second"] == RATE
+
+
 class Spin:
     """The shard order's tie-break a take starts from (``pace_take``'s spin), fixed."""
 

@@ -917,6 +917,21 @@ select c.key, c.rate, c.burst, c.shards, c.source, c.throttles, c.throttled_at, 
                 0)::bigint as used_this_minute
 from channel_rates c left join rate_shards s on s.key = c.key
 group by c.key order by c.key;
+-- name: status_pacing
+-- Each paced key as `status` and the console's overview show it, off its own rows (a key's
+-- setting and its shards: O(keys x shards), no delivery read): the rate in force, the sends
+-- waiting for a token (the slots its shards booked ahead of now for deliveries released for
+-- want of one: (reserved_until - now) x the shard's rate, summed) and when the last is booked,
+-- and its throttles (each a halving of the rate in force, at most one a second).
+select c.key, c.rate, c.burst, c.throttles, c.throttled_at, f.rate_now,
+       coalesce(round(sum(greatest(0, extract(epoch from (s.reserved_until - %(now)s))::float8)
+                          * f.rate_now / c.shards)), 0)::bigint as waiting,
+       max(s.reserved_until) filter (where s.reserved_until > %(now)s) as booked_until
+from channel_rates c
+cross join lateral (select c.rate * least(1.0, c.factor + greatest(0, coalesce(
+    extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s) as rate_now) f
+left join rate_shards s on s.key = c.key
+group by c.key, f.rate_now order by c.key;
 -- name: deliveries_paused
 -- Why attempts_start started nothing for these rows (a tenant or a schedule paused since the
 -- re-check): CROSS-TENANT by ids the caller holds leases on.
