@@ -60,6 +60,7 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                   for r in db.fetch_all(conn, "status_overdue_by", params)]
     return {"now": iso(now), "tenant": tenant, "by_state": by_state, "by_channel": by_channel,
             "paused_tenants": paused, "overdue_by": overdue_by,
+            "pacing": pacing_status(conn, now=now, tenant=tenant),
             # A paused schedule's pending deliveries wait, apart from every overdue figure
             # above (as a paused tenant's do on the scanner's metrics): counted here instead.
             "paused_schedules": {
@@ -84,6 +85,55 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                                 "attempts": int(removed.get("attempts_7d") or 0),
                                 "events": int(removed.get("events_7d") or 0)},
                 "deliveries_in_all": int(removed.get("deliveries_total") or 0)}}
+
+
+def pacing_status(conn: db.Connection, *, now: datetime,
+                  tenant: str | None = None) -> list[dict[str, Any]]:
+    """Each paced channel and endpoint: its rate and the rate in force, the sends waiting for
+    a token (the slots its bucket booked ahead for deliveries released for want of one), and
+    its provider throttles (each halved the rate in force, at most one a second; counted since
+    its rate was set, and whether the last was in the last hour). Read off the bucket's own
+    rows: an unpaced channel has none. A tenant's view shows the channels, not the endpoints
+    (an endpoint's URL is its owner's)."""
+    from datetime import timedelta
+
+    from reminders.pacing import RECOVER_PER_SECOND
+
+    out = []
+    for row in db.fetch_all(conn, "status_pacing", {"now": now,
+                                                    "recover": RECOVER_PER_SECOND}):
+        channel, _, url = str(row["key"]).partition(" ")
+        if tenant is not None and url:
+            continue
+        last = row["throttled_at"]
+        out.append({
+            "key": row["key"], "channel": channel, "endpoint": url or None,
+            "rate_per_second": row["rate"], "burst": row["burst"],
+            "rate_in_force_per_second": round(float(row["rate_now"]), 3),
+            "waiting_for_token": int(row["waiting"]),
+            "booked_until": None if row["booked_until"] is None else iso(row["booked_until"]),
+            "throttles": int(row["throttles"]),
+            "last_throttled_at": None if last is None else iso(last),
+            "throttled_in_last_hour": last is not None and last > now - timedelta(hours=1)})
+    return out
+
+
+def pacing_text(rows: list[dict[str, Any]]) -> str:
+    from reminders.cli_format import table, terminal_safe
+
+    def throttled(r: dict[str, Any]) -> str:
+        if not r["throttles"]:
+            return "none"
+        when = "in the last hour" if r["throttled_in_last_hour"] else "not in the last hour"
+        return f"{r['throttles']} (last {r['last_throttled_at']}, {when})"
+
+    return "paced channels:\n" + table(
+        ["channel", "rate", "in force", "waiting for a token", "provider throttles"],
+        [(terminal_safe(str(r["key"])), f"{r['rate_per_second']:g}/s",
+          f"{r['rate_in_force_per_second']:g}/s",
+          str(r["waiting_for_token"]) + (f" (booked until {r['booked_until']})"
+                                         if r["booked_until"] else ""),
+          throttled(r)) for r in rows])
 
 
 def status_text(data: dict[str, Any]) -> str:
@@ -112,6 +162,8 @@ def status_text(data: dict[str, Any]) -> str:
             [(r["tenant"] + (" (paused: all pending)" if r.get("paused") else ""), r["kind"],
               r["channel"], r["overdue"], duration(r["oldest_overdue_seconds"]))
              for r in data["overdue_by"]])
+    if data.get("pacing"):
+        text += "\n" + pacing_text(data["pacing"])
     removed = data.get("retention_removed")
     if removed and removed["deliveries_in_all"]:
         week = removed["last_7_days"]

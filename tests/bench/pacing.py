@@ -5,11 +5,18 @@ consumers, and what the token bucket costs each send in Postgres, against a send
 backlog of three times what ``SECONDS`` can send, the service's own ``scanner.tick`` in a
 loop and 1 or 8 consumer threads (each its own connection through the pooler) running
 ``consumer.process_batch`` on batches of 10 from an in-memory queue, all on the wall clock. The
-channel records each send's time (a port the project owns: it answers at once). Reported: the
-rate over the run after its first second (the bucket's initial burst spent), as a ratio to
-``RATE`` (goal: 0.95 to 1.0), the rate over the whole run (at most ``RATE`` + ``BURST`` / its
-length: a token bucket's bound), and the most sends in any one-second window (at most ``RATE`` +
-``BURST``: a consumer that stalls lets the bucket fill up to its burst again).
+channel records each send's time (a port the project owns: it answers at once).
+
+Measured at the instants the bucket gave the tokens (each sent attempt's ``started_at``: the
+batch's instant, which its ``pace_take`` used, in the transaction that started the attempt),
+not at the receiver: the send follows its token by a moment that varies with the machine's
+load, and that moment is no part of the bucket. Reported: the sends beyond the initial burst a
+second, from the bucket's first grant to its last, ``(sent - BURST) / span``, as a ratio to
+``RATE`` (goal: 0.95 to 1.0; a correct bucket cannot exceed 1.0, since it holds at most
+``BURST`` at its first grant and refills at ``RATE``; tokens that overflowed a full shard, no
+send there to take them, lower it); the rate over the run (at most ``RATE`` + ``BURST`` / its
+length); and the most sends in any one-second window (at most ``RATE`` + ``BURST``). The same
+two figures at the receiver are reported beside them.
 ``RATE`` is one a single consumer reaches on a loaded two-core machine; above what the
 consumers can take, the rate they reach is theirs, not the bucket's.
 
@@ -93,32 +100,46 @@ def _rate_run(server: Cluster, consumers: int) -> Figures:
         t.join(timeout=60)
     for rt in [scan, *fleet]:
         rt.close()
+    # The instants the bucket gave the sends: an attempt is started at its batch's instant, in
+    # the transaction whose pace_take took its token.
+    taken = sorted((r["started_at"] - NOW).total_seconds() for r in conn.execute(
+        "select a.started_at from attempts a where a.outcome = 'sent'").fetchall())
     conn.close()
-    times = sorted(t for _, t in channel.sends)
-    start = times[0]
-    after = [t for t in times if t >= start + 1.0]
-    span = (after[-1] - (start + 1.0)) if after else 0.0
-
-    def most_in_a_second(ts: list[float]) -> int:
-        best, j = 0, 0
-        for i, t in enumerate(ts):
-            while ts[j] <= t - 1.0:
-                j += 1
-            best = max(best, i - j + 1)
-        return best
-
-    steady = len(after) / span if span > 0 else 0.0
-    whole = (times[-1] - start) if len(times) > 1 else 0.0
+    received = sorted(t for _, t in channel.sends)
+    bucket_span = taken[-1] - taken[0] if len(taken) > 1 else 0.0
+    # The bucket's promise, from its first grant to its last: at most what it held then (never
+    # more than BURST) plus RATE a second since. The sends beyond the burst, a second.
+    steady = (len(taken) - BURST) / bucket_span if bucket_span else 0.0
+    received_span = received[-1] - received[0] if len(received) > 1 else 0.0
     return {"consumers": consumers, "rate_set_per_s": RATE, "burst": BURST,
-            "sent": len(times), "failed_messages": sum(failed),
-            "rate_after_first_second_per_s": steady,
+            "sent": len(received), "sent_per_the_ledger": len(taken),
+            "failed_messages": sum(failed),
+            "bucket_seconds": bucket_span,
+            "rate_beyond_the_burst_per_s": steady,
             "ratio_to_rate": steady / RATE,
-            "within_5_percent": abs(steady / RATE - 1) <= 0.05,
-            "rate_over_the_whole_run_per_s": len(times) / whole if whole else 0.0,
-            "bound_over_the_whole_run_per_s": RATE + BURST / whole if whole else 0.0,
-            "most_in_one_second_after_the_first": most_in_a_second(after),
-            "most_in_one_second_at_all": most_in_a_second(times),
-            "bound_in_one_second": RATE + BURST}
+            "within_5_percent_never_above": 0.95 <= steady / RATE <= 1.0,
+            "rate_over_the_run_per_s": len(taken) / bucket_span if bucket_span else 0.0,
+            "bound_over_the_run_per_s": RATE + BURST / bucket_span if bucket_span else 0.0,
+            "most_in_one_second": _most_in_a_second(taken),
+            "bound_in_one_second": RATE + BURST,
+            "per_second": [sum(1 for t in taken if i <= t - taken[0] < i + 1)
+                           for i in range(int(bucket_span) + 1)],
+            # What the receiver saw: the same sends, each a moment after its token, that
+            # moment varying with the machine's load (not the bucket's to bound).
+            "at_the_receiver": {
+                "rate_over_the_run_per_s": len(received) / received_span
+                if received_span else 0.0,
+                "most_in_one_second": _most_in_a_second(received)}}
+
+
+def _most_in_a_second(ts: list[float]) -> int:
+    """The most of ``ts`` (sorted, in seconds) in any closed one-second window."""
+    best, j = 0, 0
+    for i, t in enumerate(ts):
+        while ts[j] < t - 1.0:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
 
 
 @contextmanager

@@ -194,6 +194,27 @@ def test_pausing_a_schedule_shows_as_paused_in_place(live: Live, page: Any) -> N
     wait_for_text(page, "#count-paused", "0")
 
 
+def test_a_paced_channel_shows_with_its_waits_and_throttles_in_place(
+        live: Live, page: Any) -> None:
+    page.goto(live.url + "/")
+    assert page.inner_text("#pacing-none").startswith("no channel or endpoint is paced")
+    page.evaluate("window.notReloaded = true")
+    got = live.cli("channels", "set", "email", "--rate", "14/s", "--reason", "SES quota",
+                   now=live.now)
+    assert got.code == 0, got.err
+    try:
+        (email,) = live.cli("status", "--json", now=live.now).json()["pacing"]
+        wait_for_text(page, "#pacing-email .pacing-in-force", "14/s")
+        assert page.inner_text("#pacing-email .pacing-waiting").strip() == str(
+            email["waiting_for_token"]) == "0"
+        assert page.inner_text("#pacing-email .pacing-throttles").strip() == "none"
+        assert page.evaluate("window.notReloaded") is True
+    finally:
+        got = live.cli("channels", "set", "email", "--rate", "off", now=live.now)
+        assert got.code == 0, got.err
+    wait_for_text(page, "#pacing-none", "no channel or endpoint is paced")
+
+
 NEVER = {
     "None": re.compile(r"\bNone\b"),
     "{}": re.compile(r"\{\s*\}"),

@@ -36,9 +36,17 @@ def _demo_runs_the_whole_mix_to_completion(tmp_path: Path) -> None:
     # The template's functions in processes of their own, its mappings and rule (the CDK is
     # installed where the tests run, so the template is there)
     assert report["functions"] == "twin"
-    assert report["totals"] == {"scheduled": 1, "sent": 10, "failed": 1, "suppressed": 4,
+    assert report["totals"] == {"scheduled": 1, "sent": 23, "failed": 1, "suppressed": 4,
                                 "stale": 1}
-    assert report["receiver"] == {"effects": 8, "keys_with_duplicates": {}, "bad_signatures": 0}
+    assert report["receiver"] == {"effects": 9, "keys_with_duplicates": {}, "bad_signatures": 0}
+    # The paced burst: 12 e-mails at 2/s (a bucket of 2) take at least 5 s of the clock, never
+    # more than 4 in a second; the reminder due at 06:00 in Sao Paulo went at its window's 06:20.
+    paced = report["paced_burst"]
+    assert (paced["sent"], paced["rate_per_second"]) == (12, 2.0), paced
+    assert paced["seconds"] >= (12 - 2) / 2 and paced["most_in_one_second"] <= 4, paced
+    held = report["held_by_window"]
+    assert (held["due_at"], held["sent_local"]) == ("2027-03-01T09:00:00Z", "06:20"), held
+    assert held["sent_at"] == "2027-03-01T09:20:00Z" and held["held"], held
     states = {(d["case"], d["recipient"]): d["state"] for d in report["deliveries"]
               if d["reason"] != "rescheduled"}
     assert states[("endpoint answers 429, Retry-After 120s", "alice")] == "sent"

@@ -792,7 +792,9 @@ returning id, delivery_id, attempt_no;
 -- name: pace_take
 -- The tokens a batch's sends take (pacing.py): for each paced key, from one shard of its bucket
 -- this transaction can lock at once (SKIP LOCKED: a consumer never waits behind another; one
--- that finds every shard taken gets no token). A shard refills at the rate in force (the set
+-- that finds every shard taken gets no token), the one holding the most tokens first (spin
+-- breaks ties): a send that found none is booked a slot at the back, so tokens left in a shard
+-- no send chose would fill it and overflow, and the bucket would give less than its rate. A shard refills at the rate in force (the set
 -- rate, lowered by throttles: AIMD) divided by the shards, up to burst / shards. The sends it
 -- cannot cover are given its next free slots (slot_base + k / shard_rate), where their
 -- deliveries are released due. Held only until the consumer's start transaction commits.
@@ -808,7 +810,10 @@ with wanted as (
     from wanted w
     left join lateral (
         select r.shard, r.tokens, r.refilled_at, r.reserved_until from rate_shards r
-        where r.key = w.key order by mod(r.shard + %(spin)s, w.shards)
+        where r.key = w.key
+        order by least(w.cap, r.tokens + greatest(0, extract(epoch from
+                     (%(now)s - r.refilled_at))::float8) * w.shard_rate) desc,
+                 mod(r.shard + %(spin)s, w.shards)
         limit 1 for update of r skip locked
     ) s on true
 ), took as (
@@ -912,6 +917,21 @@ select c.key, c.rate, c.burst, c.shards, c.source, c.throttles, c.throttled_at, 
                 0)::bigint as used_this_minute
 from channel_rates c left join rate_shards s on s.key = c.key
 group by c.key order by c.key;
+-- name: status_pacing
+-- Each paced key as `status` and the console's overview show it, off its own rows (a key's
+-- setting and its shards: O(keys x shards), no delivery read): the rate in force, the sends
+-- waiting for a token (the slots its shards booked ahead of now for deliveries released for
+-- want of one: (reserved_until - now) x the shard's rate, summed) and when the last is booked,
+-- and its throttles (each a halving of the rate in force, at most one a second).
+select c.key, c.rate, c.burst, c.throttles, c.throttled_at, f.rate_now,
+       coalesce(round(sum(greatest(0, extract(epoch from (s.reserved_until - %(now)s))::float8)
+                          * f.rate_now / c.shards)), 0)::bigint as waiting,
+       max(s.reserved_until) filter (where s.reserved_until > %(now)s) as booked_until
+from channel_rates c
+cross join lateral (select c.rate * least(1.0, c.factor + greatest(0, coalesce(
+    extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s) as rate_now) f
+left join rate_shards s on s.key = c.key
+group by c.key, f.rate_now order by c.key;
 -- name: deliveries_paused
 -- Why attempts_start started nothing for these rows (a tenant or a schedule paused since the
 -- re-check): CROSS-TENANT by ids the caller holds leases on.

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from reminders import db, endpoints, operator, runtime, schedules
+from reminders import db, endpoints, operator, pacing, runtime, schedules
 from reminders.clock import FixedClock, SharedClock, iso, parse_instant
 from reminders.local import pipeline, roles, stack
 from reminders.secret_box import SecretBox
@@ -26,6 +26,14 @@ START = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 HORIZON = timedelta(hours=2)  # the simulated window; later occurrences stay scheduled
 MAX_ROUNDS = 200
 TICK = timedelta(minutes=1)  # the schedule rule's rate
+# The paced burst: e-mail paced as a new SES account's sandbox would take it, a little faster.
+EMAIL_RATE = 2.0
+BURST_EMAILS = 12
+PACED = "newsletter-3"
+# The send window: a wake-up reminder due at 06:00 in Sao Paulo, its kind sending from 06:20.
+MORNING_ZONE = "America/Sao_Paulo"
+MORNING_WINDOW = "06:20-21:00"
+HELD = "wake-up-7"
 
 
 @dataclass
@@ -90,6 +98,13 @@ def setup(conn: db.Connection, box: SecretBox, rcv: str, secret: str,
         payload={"subject": "Your balance", "text": "Due in 13 days"})
     add("SMS through SNS", "sent", "sms-1", channel="sms", recipients=["+14155550100"],
         at=now + m, payload={"text": "Your trip is tomorrow"})
+    pacing.set_rate(conn, "email", EMAIL_RATE, EMAIL_RATE, now)
+    add(f"e-mail burst of {BURST_EMAILS}, paced at {EMAIL_RATE:g}/s", "sent", PACED,
+        channel="email", recipients=[f"reader{i}@example.com" for i in range(BURST_EMAILS)],
+        at=now + 2 * m, payload={"subject": "March newsletter", "text": "What is new"})
+    schedules.set_kind(conn, name="wake-up", now=now, send_windows=[MORNING_WINDOW])
+    add(f"held to its recipient's morning ({MORNING_WINDOW} in {MORNING_ZONE})", "sent", HELD,
+        to=hook("wake-up"), at=now, tz=MORNING_ZONE, kind="wake-up")
     from reminders.recurrence import Recurrence
 
     local_start = now.astimezone(ZoneInfo("Europe/Berlin")).replace(tzinfo=None) + 15 * m
@@ -279,19 +294,54 @@ def _report(conn: db.Connection, cases: list[Case], before: dict[str, Any],
                 outcome_ok = d["state"] == "suppressed"
             else:
                 outcome_ok = d["state"] == case.expect
+            sent = [a["started_at"] for a in d["attempts"] if a["outcome"] == "sent"]
             rows.append({"case": case.name, "recipient": d["recipient"], "state": d["state"],
                          "reason": d["reason"], "attempts": d["attempts_made"],
+                         "schedule_key": case.schedule_key, "held": d.get("held"),
+                         "occurrence_at": d["occurrence_at"],
+                         "sent_at": sent[-1] if sent else None,
                          "delivery_key": d["delivery_key"], "as_expected": outcome_ok,
                          "receiver_effects": effects.get(d["delivery_key"], 0)})
     totals = operator.status(conn, now=now)["by_state"]
     duplicates = {k: n for k, n in effects.items() if n > 1}
+    paced, held = _paced_burst(rows), _held(rows)
     return {"simulated_minutes": minutes, "deliveries": rows,
+            "paced_burst": paced, "held_by_window": held,
             "totals": {k: v for k, v in totals.items() if v},
             "receiver": {"effects": sum(effects.values()), "keys_with_duplicates": duplicates,
                          "bad_signatures": after["bad_signatures"] - before["bad_signatures"]},
             "parked_messages": [{"body": m["Body"], "reason": m.get("MessageAttributes", {})
                                  .get("reason", {}).get("StringValue")} for m in parked],
-            "all_as_expected": all(r["as_expected"] for r in rows) and not duplicates}
+            "all_as_expected": all(r["as_expected"] for r in rows) and not duplicates
+            and paced["as_expected"] and held["as_expected"]}
+
+
+def _paced_burst(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paced burst's sends: when the first and the last went, and the most in any one
+    second (the bucket holds EMAIL_RATE: at most twice that in a second)."""
+    sent = sorted(parse_instant(r["sent_at"], "sent_at") for r in rows
+                  if r["schedule_key"] == PACED and r["sent_at"])
+    most = max((sum(1 for t in sent if s <= t < s + timedelta(seconds=1)) for s in sent),
+               default=0)
+    return {"emails": BURST_EMAILS, "rate_per_second": EMAIL_RATE, "sent": len(sent),
+            "first_sent_at": iso(sent[0]) if sent else None,
+            "last_sent_at": iso(sent[-1]) if sent else None,
+            "seconds": (sent[-1] - sent[0]).total_seconds() if sent else None,
+            "most_in_one_second": most,
+            "as_expected": len(sent) == BURST_EMAILS and most <= 2 * EMAIL_RATE}
+
+
+def _held(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reminder its send window held: due, sent, and sent at what local time."""
+    (row,) = [r for r in rows if r["schedule_key"] == HELD]
+    sent = parse_instant(row["sent_at"], "sent_at") if row["sent_at"] else None
+    local = sent.astimezone(ZoneInfo(MORNING_ZONE)) if sent else None
+    opens = MORNING_WINDOW.partition("-")[0]
+    return {"zone": MORNING_ZONE, "window": MORNING_WINDOW, "due_at": row["occurrence_at"],
+            "sent_at": row["sent_at"], "sent_local": local.strftime("%H:%M") if local else None,
+            "held": row["held"],
+            "as_expected": local is not None and local.strftime("%H:%M") >= opens
+            and local.strftime("%H:%M") <= "21:00"}
 
 
 def _text(report: dict[str, Any]) -> str:
@@ -311,6 +361,15 @@ def _text(report: dict[str, Any]) -> str:
         if r["reason"]:
             lines.append(f"     why: {r['reason']}")
     lines.append("")
+    paced = report["paced_burst"]
+    lines.append(f"{'ok ' if paced['as_expected'] else '!! '}paced: {paced['sent']} of "
+                 f"{paced['emails']} e-mails at {paced['rate_per_second']:g}/s, sent from "
+                 f"{paced['first_sent_at']} to {paced['last_sent_at']} ({paced['seconds']} s), "
+                 f"at most {paced['most_in_one_second']} in any second")
+    held = report["held_by_window"]
+    lines.append(f"{'ok ' if held['as_expected'] else '!! '}send window: due "
+                 f"{held['due_at']}, sent {held['sent_at']}, {held['sent_local']} in "
+                 f"{held['zone']} (its kind sends {held['window']} there)")
     lines.append("totals: " + ", ".join(f"{k} {v}" for k, v in report["totals"].items()))
     rcv = report["receiver"]
     lines.append(f"webhook receiver: {rcv['effects']} effects, "

@@ -350,6 +350,25 @@ def enforce_access_control(credentials_file: Path) -> None:
                    "arn": user.arn, "account": ACCOUNT}, out)
 
 
+# The REST services the functions call here (SES's SendEmail, Lambda's Invoke, S3), whose
+# requests moto routes by their path.
+REST_SERVICES = ("sesv2", "lambda", "s3")
+
+
+def build_rest_routing() -> None:
+    """Build moto's operation models of the REST services before the first request. moto
+    builds them on a service's first request, and botocore's model and moto's are cached under
+    one key: two requests building them at once (four consumers' first e-mails) can find
+    botocore's where moto's belongs and fail in routing ("'OperationModel' object has no
+    attribute 'http_trait'", an AttributeError taken for a refusal)."""
+    from moto.core.routing import get_service_router
+
+    for name in REST_SERVICES:
+        model = get_service_router(name)._service_model
+        for operation in model.operation_names:
+            model.operation_model(operation)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="reminders-moto")
     parser.add_argument("--host", default="127.0.0.1")
@@ -359,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     enforce_access_control(args.credentials)
+    build_rest_routing()
     app = refuse_open_doors(presigned_as_signed(
         DomainDispatcherApplication(create_backend_app)))
     server = make_server(args.host, args.port, app, threaded=True,
