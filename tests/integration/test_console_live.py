@@ -196,6 +196,12 @@ def test_pausing_a_schedule_shows_as_paused_in_place(live: Live, page: Any) -> N
 
 def test_a_paced_channel_shows_with_its_waits_and_throttles_in_place(
         live: Live, page: Any) -> None:
+    # The traffic paces e-mail (the demo's paced burst): the test starts with none paced and
+    # puts it back as it was.
+    before = live.cli("status", "--json", now=live.now).json()["pacing"]
+    assert [p["key"] for p in before] == ["email"], before
+    got = live.cli("channels", "set", "email", "--rate", "off", now=live.now)
+    assert got.code == 0, got.err
     page.goto(live.url + "/")
     assert page.inner_text("#pacing-none").startswith("no channel or endpoint is paced")
     page.evaluate("window.notReloaded = true")
@@ -213,6 +219,10 @@ def test_a_paced_channel_shows_with_its_waits_and_throttles_in_place(
         got = live.cli("channels", "set", "email", "--rate", "off", now=live.now)
         assert got.code == 0, got.err
     wait_for_text(page, "#pacing-none", "no channel or endpoint is paced")
+    (email,) = before
+    got = live.cli("channels", "set", "email", "--rate", f"{email['rate_per_second']:g}/s",
+                   "--burst", f"{email['burst']:g}", now=live.now)
+    assert got.code == 0, got.err
 
 
 NEVER = {
