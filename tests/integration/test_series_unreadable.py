@@ -32,6 +32,7 @@ SPOILED = [
     ("local_start", "0500-01-01 09:00:00 BC", "0500-01-01 09:00:00 BC"),
     ("local_start", "9500-01-01 09:00:00", "local_start"),
     ("tz", "Mars/Olympus", "Mars/Olympus"),
+    ("rrule", "FREQ=SOMETIMES", "FREQ"),
 ]
 IDS = [f"{column}={value}" for column, value, _ in SPOILED]
 # ... and the occurrence of the delivery whose series waits to advance.
