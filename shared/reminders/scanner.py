@@ -444,7 +444,8 @@ def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
     and in time by ``deadline``, ``time.monotonic``)."""
     from reminders.series import advance_flagged
 
-    rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch})
+    rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch},
+                        every_instant=True)  # each row on its own terms: one spoiled parks alone
     summary.advanced, summary.advance_failed = advance_flagged(
         conn, rows, now, actor="scanner", deadline=deadline, skip_held=True)
 

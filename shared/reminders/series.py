@@ -12,7 +12,8 @@ import time
 from datetime import datetime, timedelta
 
 from reminders import db
-from reminders.errors import Conflict, DatabaseUnavailable, RemindersError
+from reminders.db.instants import unreadable_reason
+from reminders.errors import Conflict, DatabaseUnavailable, InvalidInput, RemindersError
 from reminders.observability import logger
 from reminders.recurrence import ExpansionDeadline, Occurrence, Recurrence, first_due
 from reminders.schedules import Plan, insert_deliveries
@@ -70,9 +71,12 @@ def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, r
     occurrence in the current generation, or from ``after`` when that generation has none yet
     (a new revision alone starts a generation without deliveries)."""
     row = db.fetch_one(conn, "series_state", {"tenant": tenant, "schedule_id": schedule_id,
-                                              "recipient": recipient})
+                                              "recipient": recipient}, every_instant=True)
     if row is None or row["state"] != "active" or row["rrule"] is None or row["has_pending"]:
         return
+    unreadable = unreadable_reason(row)  # a local start or an occurrence written by hand
+    if unreadable is not None:
+        raise InvalidInput(unreadable)
     last = row["last_occurrence"] if row["last_occurrence"] is not None else after
     plan = plan_next(recurrence_of(row), last, now, row["stale_after"])
     insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
@@ -99,6 +103,9 @@ def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
             break
         ref = {"id": row["id"], "tenant": row["tenant"]}
         try:
+            unreadable = unreadable_reason(row)  # its occurrence, written by hand
+            if unreadable is not None:
+                raise InvalidInput(unreadable)
             with db.transaction(conn):
                 if db.fetch_one(conn, share, {"id": row["schedule_id"],
                                               "tenant": row["tenant"]}) is None and skip_held:
@@ -134,11 +141,15 @@ def materialise_first(conn: db.Connection, limit: int, now: datetime,
     (``time.monotonic``) the rest wait for the next tick. Returns (materialised, failed)."""
     done = failed = 0
     with db.transaction(conn):
-        for row in db.fetch_all(conn, "schedules_pending_first", {"limit": limit}):
+        for row in db.fetch_all(conn, "schedules_pending_first", {"limit": limit},
+                                every_instant=True):
             if deadline is not None and time.monotonic() >= deadline:
                 break
             ref = {"id": row["id"], "tenant": row["tenant"], "now": now}
             try:
+                unreadable = unreadable_reason(row)  # a local start written by hand
+                if unreadable is not None:
+                    raise InvalidInput(unreadable)
                 first = first_due(recurrence_of(row), now)
             except ExpansionDeadline:
                 break  # the time is up inside this rule's expansion: it is tried next tick

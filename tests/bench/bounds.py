@@ -85,7 +85,7 @@ def _paused(server: Cluster) -> dict[str, Any]:
         add_rows(conn, tenant=f"busy{t}", schedule_id=sid, count=19, due=due, first=2)
     held = add_schedule(conn, tenant="held", key="held", due=NOW - timedelta(hours=2))
     conn.execute("update tenants set paused = true where id = 'held'")
-    names = ("oldest_overdue", *STATUS, "tenants_list")
+    names = ("oldest_overdue", "due_unreadable", *STATUS, "tenants_list")
     params = {"now": NOW, "cap": 1000, "tenant": None, "limit": 1000,
               "counted": operator.COUNTED_SCHEDULES}
     small = _reads(conn, names, params)

@@ -269,9 +269,12 @@ def fetch_all(conn: Connection, name: str, params: Params = None, *,
 
 
 def fetch_one(conn: Connection, name: str, params: Params = None, *,
-              source: str = SERVICE) -> Row | None:
+              source: str = SERVICE, every_instant: bool = False) -> Row | None:
+    """A named statement's first row; ``every_instant`` as for :func:`fetch_all`."""
     _before(name)
     with translate_errors(), conn.cursor() as cur:
+        if every_instant:
+            _every_instant(cur)
         cur.execute(query(name, source), params)
         return cur.fetchone() if cur.description else None
 

@@ -370,11 +370,13 @@ where t.tenant is not null
 -- written before the entry checks or by hand. Each such delivery fails alone, with the reason
 -- (which keeps the instant as written; the row then holds the nearest one every reader loads),
 -- instead of failing every pass that leases it or every read that loads it. Two index ranges
--- per tenant with due entries (each tenant's lowest and highest entries), nothing else read.
+-- per tenant with due entries (each tenant's lowest and highest entries), nothing else read:
+-- the tenants' probe names the due index's whole predicate (`not held` too), or it reads the
+-- whole due set.
 with recursive queued(tenant) as (  -- the tenants with due entries, one probe each
-    (select q.tenant from due_queue q where q.token is null order by q.tenant limit 1)
+    (select q.tenant from due_queue q where q.token is null and not q.held order by q.tenant limit 1)
     union all
-    select (select q.tenant from due_queue q where q.token is null and q.tenant > t.tenant
+    select (select q.tenant from due_queue q where q.token is null and not q.held and q.tenant > t.tenant
             order by q.tenant limit 1)
     from queued t where t.tenant is not null
 ), bad as (
