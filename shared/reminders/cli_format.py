@@ -21,6 +21,11 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+# How many of a schedule's deliveries `show SCHEDULE_KEY` shows by default, and at most (each
+# with its attempts, events and actions: four reads a delivery, and a fan-out has thousands).
+SHOW_DELIVERIES = 20
+MAX_SHOW_DELIVERIES = 1000
+
 
 def duration(value: float | timedelta | None, *, none: str = "never") -> str:
     """``10800`` -> ``3h``; ``4800`` -> ``1h20m``; ``90`` -> ``1m30s``; ``0`` -> ``0s``."""

@@ -4,14 +4,16 @@ operator actions, each recorded with who and why."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 from reminders import db
+from reminders.cli_format import MAX_SHOW_DELIVERIES, SHOW_DELIVERIES
 from reminders.clock import iso
-from reminders.errors import NotFound
+from reminders.errors import InvalidInput, NotFound
 
 ACTOR_ENV = "REMINDERS_ACTOR"
 # Operator actions `show` lists with a delivery: the latest on its tenant, endpoint, kind and
@@ -312,16 +314,23 @@ def _delivery_json(conn: db.Connection, row: db.Row) -> dict[str, Any]:
     }
 
 
-def show(conn: db.Connection, *, key: str, tenant: str) -> dict[str, Any]:
-    """A delivery by its key; or, given a schedule key, every delivery of that schedule."""
+def show(conn: db.Connection, *, key: str, tenant: str,
+         limit: int = SHOW_DELIVERIES) -> dict[str, Any]:
+    """A delivery by its key; or, given a schedule key, the schedule's first ``limit``
+    deliveries (by occurrence, then recipient), and ``more`` when it has others (``list
+    --schedule`` pages through them all)."""
+    if not 1 <= limit <= MAX_SHOW_DELIVERIES:
+        raise InvalidInput(f"--limit: 1 to {MAX_SHOW_DELIVERIES}, got {limit}")
     row = db.fetch_one(conn, "delivery_by_key", {"key": key, "tenant": tenant})
     if row is not None:
         return _delivery_json(conn, row)
-    rows = db.fetch_all(conn, "deliveries_of_schedule", {"key": key, "tenant": tenant})
+    rows = db.fetch_all(conn, "deliveries_of_schedule_first",
+                        {"key": key, "tenant": tenant, "limit": limit + 1})
     if not rows:
         raise NotFound(f"no delivery or schedule with key {key!r} for tenant {tenant!r}")
     return {"schedule_key": key, "tenant": tenant,
-            "deliveries": [_delivery_json(conn, r) for r in rows]}
+            "deliveries": [_delivery_json(conn, r) for r in rows[:limit]],
+            "more": len(rows) > limit}
 
 
 def payload_of(conn: db.Connection, *, key: str, tenant: str) -> Any:
@@ -416,6 +425,10 @@ def show_text(data: dict[str, Any]) -> str:
                      for a in d.get("operator_actions", [])]
         lines += [f"  {sec(str(at))}  {what}"
                   for at, what in sorted(timeline, key=lambda t: t[0])]
+    if data.get("more"):
+        lines.append(f"(the first {len(items)} deliveries of schedule {data['schedule_key']}; "
+                     f"all of them: reminders list --schedule {shlex.quote(data['schedule_key'])} "
+                     f"--tenant {shlex.quote(data['tenant'])})")
     return "\n".join(lines)
 
 

@@ -108,10 +108,13 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None,
     return outcome
 
 
-def show(conn: db.Connection, *, key: str, tenant: str | None) -> Outcome:
+def show(conn: db.Connection, *, key: str, tenant: str | None,
+         limit: int | None = None) -> Outcome:
     from reminders import operator
+    from reminders.cli_format import SHOW_DELIVERIES
 
-    data = operator.show(conn, key=key, tenant=resolve_tenant(conn, key, tenant))
+    data = operator.show(conn, key=key, tenant=resolve_tenant(conn, key, tenant),
+                         limit=limit or SHOW_DELIVERIES)
     return Outcome(data, operator.show_text(data))
 
 

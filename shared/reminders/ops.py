@@ -116,7 +116,7 @@ ARGS: Mapping[str, Arg] = {
 # Each command: (the arguments it takes, those it must have).
 COMMANDS: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "status": (frozenset({"tenant"}), frozenset()),
-    "show": (frozenset({"key", "tenant"}), frozenset({"key"})),
+    "show": (frozenset({"key", "tenant", "limit"}), frozenset({"key"})),
     "list": (frozenset({"state", "attention", "tenant", "kind", "channel", "recipient",
                         "due_from", "due_to", "after", "limit", "sort", "schedule"}),
              frozenset()),
@@ -279,7 +279,7 @@ def _run(request: Request, conn: db.Connection, *, now: datetime, caller: Caller
     if request.command == "status":
         return commands.status(conn, now=now, tenant=a.get("tenant"), queue_counts=queue_counts)
     if request.command == "show":
-        return commands.show(conn, key=a["key"], tenant=a.get("tenant"))
+        return commands.show(conn, key=a["key"], tenant=a.get("tenant"), limit=a.get("limit"))
     if request.command == "list":
         return commands.list_deliveries(
             conn, limit=a.get("limit") or 100, state=a.get("state"), tenant=a.get("tenant"),

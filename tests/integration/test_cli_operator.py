@@ -99,10 +99,11 @@ def test_the_api_refuses_a_nul_payload_and_nan_before_postgres(conn: db.Connecti
 def test_a_reader_that_goes_away_is_no_traceback(cli: Cli, tmp_path: Path,
                                                  command: str) -> None:
     people = tmp_path / "people.txt"
-    people.write_text("".join(f"p{i}@example.com\n" for i in range(3000)), encoding="utf-8")
+    # Each answer is well over a pipe's 64 KiB: the reader goes while it still writes.
+    people.write_text("".join(f"p{i}@example.com\n" for i in range(1000)), encoding="utf-8")
     cli(*EMAIL, "--recipients-file", str(people), "--key", "many", "--json").json()
-    args = ["show", "many", "--tenant", "acme"] if command == "show" else [
-        "list", "--limit", "3000"]
+    args = ["show", "many", "--tenant", "acme", "--limit", "1000"] if command == "show" else [
+        "list", "--limit", "1000"]
     env = {**cli.env, "REMINDERS_NOW": DUE}
     reader = subprocess.Popen([sys.executable, "-m", "reminders.cli", *args], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -111,6 +112,28 @@ def test_a_reader_that_goes_away_is_no_traceback(cli: Cli, tmp_path: Path,
     reader.stdout.close()
     err = reader.stderr.read().decode()
     assert (reader.wait(timeout=60), err) == (0, "")
+
+
+def test_show_of_a_schedule_key_shows_its_first_deliveries_and_says_there_are_more(
+        cli: Cli, tmp_path: Path) -> None:
+    """Four reads a delivery it shows: a fan-out's thousands are paged by `list --schedule`."""
+    people = tmp_path / "people.txt"
+    people.write_text("".join(f"p{i:02}@example.com\n" for i in range(30)), encoding="utf-8")
+    cli(*EMAIL, "--recipients-file", str(people), "--key", "fan", "--json").json()
+    first = cli("show", "fan", "--tenant", "acme", "--json").json()
+    assert [d["recipient"] for d in first["deliveries"]] == [
+        f"p{i:02}@example.com" for i in range(20)]
+    assert first["more"] is True
+    text = cli("show", "fan", "--tenant", "acme")
+    assert text.code == 0, text.err
+    assert text.out.count(": scheduled\n") == 20
+    assert text.out.endswith("(the first 20 deliveries of schedule fan; all of them: reminders "
+                             "list --schedule fan --tenant acme)\n"), text.out[-300:]
+    every = cli("show", "fan", "--tenant", "acme", "--limit", "30", "--json").json()
+    assert (len(every["deliveries"]), every["more"]) == (30, False)
+    assert "the first" not in cli("show", "fan", "--tenant", "acme", "--limit", "30").out
+    got = cli("show", "fan", "--tenant", "acme", "--limit", "1001")
+    assert got.code == 2 and "--limit: must be from 1 to 1000, got 1001" in got.err, got.err
 
 
 # ---------------------------------------------------------------- wrong success

@@ -26,6 +26,7 @@ from reminders.cli.common import (
     progress,
     terminal_safe,
 )
+from reminders.cli_format import MAX_SHOW_DELIVERIES, SHOW_DELIVERIES
 from reminders.outcome import Outcome
 from reminders.reasons import MAX_REASON_LENGTH
 
@@ -77,7 +78,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 # its own Postgres and moto and injects faults (kill -9, Postgres restarts) on one machine.
 REMOTE_COMMANDS: dict[str, tuple[str, ...]] = {
     "status": ("tenant",),
-    "show": ("key", "tenant"),
+    "show": ("key", "tenant", "limit"),
     "list": ("state", "attention", "tenant", "kind", "channel", "recipient", "due_from",
              "due_to", "after", "limit", "sort", "schedule"),
     "reconcile": ("key", "tenant", "state", "kind", "channel", "recipient", "due_from",
@@ -124,7 +125,7 @@ def _operator_local(args: argparse.Namespace, command: str) -> Outcome:
             return commands.status(conn, now=_now(), tenant=args.tenant,
                                    queue_counts=_queue_counts(), alarms=local_alarms)
         if command == "show":
-            return commands.show(conn, key=args.key, tenant=args.tenant)
+            return commands.show(conn, key=args.key, tenant=args.tenant, limit=args.limit)
         if command == "list":
             return commands.list_deliveries(
                 conn, limit=args.limit, state=args.state, tenant=args.tenant, kind=args.kind,
@@ -266,6 +267,10 @@ def _add_show(sub: Any, name: str) -> argparse.ArgumentParser:
         name, help="a delivery (or a schedule's deliveries) with attempts")
     p.add_argument("key", help="delivery key or schedule key")
     p.add_argument("--tenant", help=_TENANT_HELP)
+    p.add_argument("--limit", type=_count("--limit", 1, MAX_SHOW_DELIVERIES),
+                   default=SHOW_DELIVERIES,
+                   help=f"a schedule's first deliveries shown, 1 to {MAX_SHOW_DELIVERIES} "
+                        f"(default {SHOW_DELIVERIES}); `list --schedule KEY` pages through all")
     _json_flag(p)
     p.set_defaults(func=cmd_show)
     return p

@@ -1092,6 +1092,17 @@ from deliveries d join schedules s on s.id = d.schedule_id
 left join due_queue q on q.id = d.id
 where d.delivery_key = %(key)s and d.tenant = %(tenant)s;
 
+-- name: deliveries_of_schedule_first
+-- `show SCHEDULE_KEY`: the schedule's first deliveries, at most %(limit)s (the caller asks for
+-- one more than it shows, to say whether there are more).
+select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
+       d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
+       d.lease_expires_at, d.created_at, d.updated_at, s.kind, d.held
+from deliveries d join schedules s on s.id = d.schedule_id
+where s.schedule_key = %(key)s and d.tenant = %(tenant)s
+order by d.occurrence_at, d.recipient, d.id
+limit %(limit)s;
+
 -- name: deliveries_of_schedule
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
