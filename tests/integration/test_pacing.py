@@ -90,6 +90,7 @@ class Consumers:
             rt.metrics = outcomes
         self.failures: list[dict[str, Any]] = []
         self.steps_with_several_consumers = 0
+        self.batch = 10  # messages a batch, at most (the event source mapping's BatchSize)
 
     def drain(self) -> None:
         batches = self._receive()
@@ -113,7 +114,7 @@ class Consumers:
         url = self.h.rt.deliveries.url
         batches = []
         for _ in range(1000):  # bounded: what one step queued
-            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=self.batch,
                                       AttributeNames=["All"]).get("Messages", [])
             if not got:
                 break
@@ -169,9 +170,11 @@ def windows(per_step: list[int], seconds: float, step: float = STEP) -> int:
 # once, so the queue stand-in is never deep (receiving from a queue a thousand deep costs it a
 # tenth of a second a call) and the backlog takes its slots IN_FLIGHT at a time, as a deployed
 # scanner's budget hands it over: four batches a step, one a consumer, all taking tokens from
-# the one bucket at the same instant.
+# the one bucket at the same instant. Batches of BATCH: the in-flight budget is four batches,
+# one a consumer.
 EMAILS = 2000
-IN_FLIGHT = 40
+IN_FLIGHT = 20
+BATCH = 5
 # Steps of a second, and a bucket that holds one step's refill: a one-second window holds one
 # step's instant, and a step can send at most BURST = RATE.
 PACED_STEP = 1.0
@@ -202,6 +205,7 @@ def test_four_consumers_never_send_faster_than_the_rate_and_a_token_wait_spends_
     h = harness
     h.rt = make_runtime(database_url, queue_urls, h.endpoint, h.clock,
                         inflight_budget=IN_FLIGHT)
+    consumers.batch = BATCH
     pacing.set_rate(h.conn, "email", RATE, PACED_BURST, h.clock.now())
     email_burst(h, "burst", EMAILS)
     start = h.clock.now()
