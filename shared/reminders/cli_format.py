@@ -25,6 +25,8 @@ from typing import Any
 # with its attempts, events and actions: four reads a delivery, and a fan-out has thousands).
 SHOW_DELIVERIES = 20
 MAX_SHOW_DELIVERIES = 1000
+# How many of the deliveries a cancel would suppress `cancel --dry-run` lists (all are counted).
+DRY_RUN_LISTED = 100
 
 
 def duration(value: float | timedelta | None, *, none: str = "never") -> str:

@@ -254,16 +254,23 @@ def cancel(conn: db.Connection, *, now: datetime, key: str, tenant: str | None,
     key = schedule_key(conn, key, owner)
     current = db.fetch_one(conn, "schedule_get", {"tenant": owner, "schedule_key": key})
     if dry_run:
-        pending = [r for r in db.fetch_all(conn, "deliveries_of_schedule",
-                                           {"key": key, "tenant": owner})
-                   if r["state"] in ("scheduled", "retrying", "leased")]
+        from reminders.cli_format import DRY_RUN_LISTED
+
+        which = {"key": key, "tenant": owner}
+        pending = db.fetch_all(conn, "pending_of_schedule_first",
+                               {**which, "limit": DRY_RUN_LISTED})
+        counted = db.fetch_one(conn, "pending_count_of_schedule", which)
+        total = int(counted["n"]) if counted else 0
         cancelled = current is not None and current["state"] == "cancelled"
+        rest = total - len(pending)
         return Outcome({"tenant": owner, "schedule_key": key, "dry_run": True,
-                        "would_suppress": [r["delivery_key"] for r in pending]},
+                        "would_suppress": [r["delivery_key"] for r in pending],
+                        "would_suppress_count": total},
                        f"{key} is already cancelled" if cancelled else
-                       f"cancelling {key} would suppress {len(pending)} pending deliveries"
+                       f"cancelling {key} would suppress {total} pending deliveries"
                        + "".join(f"\n  {r['delivery_key']}  {r['state']}  due {iso(r['due_at'])}"
-                                 for r in pending))
+                                 for r in pending)
+                       + (f"\n  (and {rest} more)" if rest > 0 else ""))
     if who is None:
         raise ValueError("cancel: who is cancelling must be named")
     if current is not None and current["state"] == "cancelled":

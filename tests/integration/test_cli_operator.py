@@ -537,12 +537,29 @@ def test_cancel_dry_run_lists_what_it_would_suppress(cli: Cli, conn: db.Connecti
                "--json").json()
     dry = cli("cancel", "k1", "--dry-run", "--json").json()
     assert dry == {"tenant": "acme", "schedule_key": "k1", "dry_run": True,
-                   "would_suppress": [d["delivery_key"] for d in made["deliveries"]]}
+                   "would_suppress": [d["delivery_key"] for d in made["deliveries"]],
+                   "would_suppress_count": 2}
     text = cli("cancel", "k1", "--dry-run").out.splitlines()
     assert text[0] == "cancelling k1 would suppress 2 pending deliveries"
     assert conn.execute("select count(*) as n from deliveries where state = 'scheduled'"
                         ).fetchone() == {"n": 2}
     assert cli("cancel", "k1", "--json").json()["suppressed"] == 2
+
+
+def test_cancel_dry_run_of_a_fan_out_lists_its_first_hundred_and_counts_them_all(
+        cli: Cli, tmp_path: Path) -> None:
+    people = tmp_path / "people.txt"
+    people.write_text("".join(f"p{i:03}@example.com\n" for i in range(150)), encoding="utf-8")
+    cli(*EMAIL, "--recipients-file", str(people), "--key", "fan", "--json").json()
+    dry = cli("cancel", "fan", "--dry-run", "--json").json()
+    assert dry["would_suppress_count"] == 150
+    assert len(dry["would_suppress"]) == 100
+    assert [k.split(":")[-2] for k in dry["would_suppress"]] == [
+        f"p{i:03}@example.com" for i in range(100)]
+    text = cli("cancel", "fan", "--dry-run").out.splitlines()
+    assert text[0] == "cancelling fan would suppress 150 pending deliveries"
+    assert len(text) == 102 and text[-1] == "  (and 50 more)"
+    assert cli("cancel", "fan", "--json").json()["suppressed"] == 150
 
 
 def test_every_operator_action_records_who_and_why(cli: Cli, conn: db.Connection) -> None:

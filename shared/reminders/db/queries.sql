@@ -1103,6 +1103,22 @@ where s.schedule_key = %(key)s and d.tenant = %(tenant)s
 order by d.occurrence_at, d.recipient, d.id
 limit %(limit)s;
 
+-- name: pending_of_schedule_first
+-- `cancel --dry-run`: the first %(limit)s deliveries a cancel would suppress, and (below) how
+-- many it would.
+select d.delivery_key, d.state, d.due_at
+from deliveries d join schedules s on s.id = d.schedule_id
+where s.schedule_key = %(key)s and d.tenant = %(tenant)s
+  and d.state in ('scheduled', 'retrying', 'leased')
+order by d.occurrence_at, d.recipient, d.id
+limit %(limit)s;
+
+-- name: pending_count_of_schedule
+select count(*) as n
+from deliveries d join schedules s on s.id = d.schedule_id
+where s.schedule_key = %(key)s and d.tenant = %(tenant)s
+  and d.state in ('scheduled', 'retrying', 'leased');
+
 -- name: deliveries_of_schedule
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
