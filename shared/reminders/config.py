@@ -59,6 +59,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     "REMINDERS_DEMO_LOGS": "shared/reminders/local/demo.py",
     "REMINDERS_DRILL_LOGS": "shared/reminders/local/drills.py",
     "REMINDERS_LOCAL_FUNCTIONS": "shared/reminders/local/twin/on_stack.py",
+    "REMINDERS_FUNCTION_ROLES": "shared/reminders/cli/common.py",
     "REMINDERS_BYTECODE_PYTHON": "infra/layer.py",
     "REMINDERS_TEST_DATABASE_URL": "tests/conftest.py",
     "REMINDERS_UPDATE_SCHEMA": "tests/integration/test_migrations.py",

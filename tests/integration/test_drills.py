@@ -20,7 +20,7 @@ import pytest
 
 from reminders import cli, db, invariants, schedules
 from reminders.clock import FixedClock
-from reminders.local import drills
+from reminders.local import drills, stack
 from reminders.local.twin.watch import watch_template
 from tests.conftest import PgCluster
 
@@ -76,6 +76,58 @@ def test_a_value_changed_in_a_copy_of_the_template_fails_the_drill_naming_it(
     assert violation.startswith(f"the drill could not run: TwinError: {scanner} Environment: "
                                 "ConfigError"), violation
     assert misspelt in violation
+
+
+def test_the_in_process_fallback_runs_each_function_as_its_role(
+        lab: drills.Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CPython 3.13 found (its lookup pointed at nothing): the drill's functions run in
+    process, and where a process must die, ``reminders tick`` and ``reminders work`` run in
+    processes of their own. There too each function is its role, not moto's administrator:
+    moto's decisions show the scanner's SendMessage, the consumer's ReceiveMessage and
+    DeleteMessage and the redrive function's polls signed with session keys of the drill's
+    roles, assumed by each command (the administrator's key made the roles)."""
+    import infra.layer
+
+    monkeypatch.setattr(infra.layer, "bytecode_python", lambda: None)
+    endpoint = lab.endpoint_url
+    admin = stack.administrator(endpoint).access_key
+    site = drills.Site(lab, "fallback-roles")
+    try:
+        assert site.twin is None
+        assert "no CPython 3.13" in (site.functions_note or ""), site.functions_note
+        url = site.hook("ok")
+        (key,) = site._schedule("fallback", ["someone"], "webhook", drills.START,
+                                site.clock.now(), to=url)
+        seen = stack.decision_count(endpoint)
+        tick = site.background("tick")
+        assert tick.wait(120) == 0, (site.work_dir / "tick-0.log").read_text()
+        work = site.background("work", max_seconds=30)
+        assert work.wait(120) == 0, (site.work_dir / "work-1.log").read_text()
+        decisions = stack.decisions(endpoint, since=seen)
+        sent = site.deliveries()[key]["state"]
+        queue = site.queues.deliveries.rsplit("/", 1)[1]
+        prefix = queue.removesuffix("-deliveries")
+    finally:
+        site.close()
+    assert sent == "sent"
+    by_action: dict[str, set[str]] = {}
+    for d in decisions:
+        if d["resource"].rsplit(":", 1)[-1] in {queue, f"{prefix}-dlq", f"{prefix}-parking"}:
+            assert d["outcome"] == "allowed", d
+            by_action.setdefault(d["action"].removeprefix("sqs:"), set()).add(d["key"])
+    # The scanner sent the one message; the consumer received and deleted it; the redrive
+    # function polled the dead-letter queue: each with a session key (ASIA...) of its own.
+    # The administrator's key only sampled the queues (the local alarms' figures).
+    (scanner,) = by_action["SendMessage"]
+    (consumer,) = by_action["DeleteMessage"]
+    handled = {k for a in ("SendMessage", "SendMessageBatch", "ReceiveMessage",
+                           "DeleteMessage", "DeleteMessageBatch") for k in by_action.get(a, ())}
+    assert admin not in handled, by_action
+    assert scanner != consumer and len(handled) == 3, by_action
+    assert all(k.startswith("ASIA") for k in handled), by_action
+    assumed = {d["resource"].rsplit("/", 1)[1].rsplit("-", 1)[0] for d in decisions
+               if d["action"] == "sts:AssumeRole" and d["key"] == admin}
+    assert {f"{prefix}-{f}" for f in ("scanner", "consumer", "redrive")} <= assumed, assumed
 
 
 # What each drill's fault must fire, and what else it may (a fault's side effects). On the twin

@@ -4,10 +4,15 @@ stack's twin), the handlers in the command's own process only where asked, and t
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -80,6 +85,58 @@ def test_in_process_when_asked_and_then_said(home: Home, running_stack: dict[str
     assert done.code == 0, done.err
     assert done.err.splitlines()[-1] == (f"reminders: tick: {FALLBACK}: "
                                          "REMINDERS_LOCAL_FUNCTIONS=in-process")
+
+
+def test_local_serve_delivers_on_the_wall_clock_and_stops_on_sigint(
+        home: Home, running_stack: dict[str, Any]) -> None:
+    """``reminders local serve``: a webhook due now, scheduled with no clock set, is delivered
+    at the stack's receiver with no ``reminders work`` by hand (the rule's first firing at
+    once, the consumer's mapping polled); SIGINT ends it within 10 s, exit status 0, with its
+    function processes."""
+    url = f"{running_stack['receiver_url']}/hooks/serve"
+    home("endpoints", "add", url, "--secret", running_stack["receiver_secret"], "--json")
+    due = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    scheduled = home("schedule", "--tenant", "acme", "--recipient", "bea", "--channel",
+                     "webhook", "--to", url, "--at", due, "--key", "serve-1", "--json")
+    assert scheduled.code == 0, scheduled.err
+    key = str(scheduled.json()["delivery_key"])
+    proc = subprocess.Popen([sys.executable, "-m", "reminders.cli", "local", "serve"],
+                            env=home.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        state = None
+        for _ in range(120):  # until it is sent, or the serve ended, at most 2 minutes
+            state = home("show", key, "--json").json()["state"]
+            if state == "sent" or proc.poll() is not None:
+                break
+            time.sleep(1)
+        received = json.loads(urllib.request.urlopen(
+            f"{running_stack['receiver_url']}/_stats", timeout=10).read())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert state == "sent", (state, err)
+    assert received["effects"].get(key) == 1, received
+    assert proc.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("serving the local stack"), out
+    assert any("tick: leased 1, published 1" in line for line in lines), out
+    assert lines[-1].startswith("stopped on SIGINT: "), out
+    assert not _function_processes(str(home.path))
+
+
+def test_local_serve_refuses_without_a_local_stack() -> None:
+    bare = new_home()
+    try:
+        refused = bare("local", "serve", timeout=30)
+    finally:
+        bare.cleanup()
+    assert refused.code == 5, (refused.out, refused.err)
+    assert "no local stack is running" in refused.err
+    assert "`reminders local up`" in refused.err
 
 
 def _function_processes(home: str) -> list[int]:

@@ -26,6 +26,7 @@ import pytest
 
 from reminders import db
 from reminders.clock import SharedClock
+from reminders.local.twin.alarms import OK
 from reminders.local.twin.assets import FunctionAssets, build_assets
 from reminders.local.twin.async_invoke import AsyncEvent
 from reminders.local.twin.run import Twin
@@ -264,11 +265,27 @@ def fired(twin: Twin, alarm: str) -> Any:
     return board.first_fired(alarm)
 
 
+def lift_refusal(twin: Twin) -> None:
+    """The scanner's role granted the publisher's ARN again, as an operator mends the policy:
+    the policy document the twin's Invoke endpoint authorizes the scanner's session by (the
+    role's, read when the twin started) with the grant's Resource the publisher's ARN."""
+    assert twin.invoke_endpoint is not None
+    endpoint = twin.invoke_endpoint
+    (caller,) = [c for c in endpoint.callers.values() if "scanner" in c.arn]
+    document = json.loads(json.dumps(caller.policy))
+    (grant,) = [s for s in document["Statement"] if s.get("Sid") == "InvokePublisher"]
+    grant["Resource"] = endpoint.function_arn(twin.specs["publisher"].deployed_name())
+    endpoint.add_caller(replace(caller, policy=document))
+
+
 def test_a_scanner_role_not_granted_the_publishers_arn_is_refused_and_releases_its_lease(
         harness: Harness, assets: FunctionAssets, tmp_path: Path) -> None:
     """The Invoke refused (AccessDenied): the lease goes back, and PublisherNotInvoked fires
     within 5 minutes (the scanner's count of the deliveries it handed back, summed over the
-    5-minute period holding the refusal), as the alarm table (docs/operating.md) says."""
+    5-minute period holding the refusal), as the alarm table (docs/operating.md) says. The
+    grant mended, the next tick's Invoke is taken, the delivery goes out, and the alarm is OK
+    again after a 5-minute period with none (the end of the one after the refused tick's):
+    within 10 minutes of the last refused tick, as the table says."""
     template = template_copy()
     policy = role_policy(template, "Scanner")
     (grant,) = [s for s in policy["Statement"] if s.get("Sid") == "InvokePublisher"]
@@ -284,19 +301,47 @@ def test_a_scanner_role_not_granted_the_publishers_arn_is_refused_and_releases_i
         board = twin.alarm_board()
         board.advance(T0)
         board.advance(T0 + 5 * MINUTE)
+        released = not held(harness, key), delivery(harness, key)["state"]
+        # The recovery: the grant mended a minute on, a tick each minute after it.
+        recovery = twin.alarm_board()
+        recovery.advance(T0)
+        shared_clock(twin).advance(MINUTE)
+        lift_refusal(twin)
+        mended = twin.clock.now()
+        after: list[dict[str, Any]] = []
+        for _ in range(10):
+            after.append(twin.tick())
+            twin.work(max_seconds=30)
+            recovery.advance(twin.clock.now())
+            shared_clock(twin).advance(MINUTE)
+        recovery.advance(twin.clock.now())
+        refused_after = list(twin.invoke_endpoint.refusals)[len(refusals):]
     assert tick["published"] == 0, tick
     assert tick["not_invoked"] == 1, tick
     assert events == []
     (refused,) = refusals
     assert refused["code"] == "AccessDeniedException"
     assert "lambda:InvokeFunction on resource: arn:aws:lambda:" in refused["message"]
-    assert not held(harness, key)  # released, due again
-    assert delivery(harness, key)["state"] == "scheduled"
+    assert released == (True, "scheduled")  # released, due again
     assert refused_at is not None, "PublisherNotInvoked never fired"
     assert T0 <= refused_at <= T0 + 5 * MINUTE, refused_at
     # The refusal pages with that alarm alone: Lambda dropped nothing, nothing raised.
     assert {t.alarm for t in board.fired()} == {
         logical_id(template, "MonitoringPublisherNotInvoked")}, board.fired()
+    # Mended: the first tick's Invoke is taken, the delivery goes out once, and the alarm
+    # that fired clears within 10 minutes of the last refused tick (and fires no more).
+    assert refused_after == []
+    assert (after[0]["published"], after[0]["not_invoked"]) == (1, 0), after[0]
+    assert delivery(harness, key)["state"] == "sent"
+    assert harness.receiver.stats()["effects"] == {key: 1}
+    assert recovery.first_fired("PublisherNotInvoked") == refused_at
+    cleared = next((t.at for t in recovery.transitions(mended)
+                    if t.alarm == logical_id(template, "MonitoringPublisherNotInvoked")
+                    and t.new == OK), None)
+    assert cleared is not None, "PublisherNotInvoked did not clear after the grant was mended"
+    assert mended < cleared <= T0 + 10 * MINUTE, (mended, cleared)
+    assert recovery.first_fired("PublisherNotInvoked", cleared) is None
+    assert recovery.in_alarm() == [], recovery.in_alarm()
 
 
 def test_a_healthy_run_of_the_fan_out_fires_no_alarm(

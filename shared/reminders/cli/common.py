@@ -271,21 +271,49 @@ def _runtime() -> Any:
     return rt
 
 
+# `tick` and `work` on a moto of this machine other than the local stack's (the drills' own,
+# when their functions cannot run on the twin) run each function as its role too.
+FUNCTION_ROLES_VARIABLE = "REMINDERS_FUNCTION_ROLES"
+
+
 def _as_function_roles(rt: Any, env: dict[str, str]) -> None:
     """On the local stack's moto, each function the command runs (scanner, consumer, redrive)
     runs as its own role, granted what the template grants it, as in Lambda; the command's
-    own calls stay the administrator's. Elsewhere (AWS, another moto), or without the
-    checkout's infra/ to read the grants from, the functions run with the command's
-    credentials."""
+    own calls stay the administrator's. So too on another moto of this machine with
+    REMINDERS_FUNCTION_ROLES=on (roles on its queues, named after the deliveries queue).
+    Elsewhere (AWS, another moto), or without the checkout's infra/ to read the grants from,
+    the functions run with the command's credentials."""
     from reminders import config
+    from reminders.errors import RemindersError
     from reminders.local import roles, stack
 
+    asked = env.get(FUNCTION_ROLES_VARIABLE)
+    if asked not in (None, "on"):
+        raise RemindersError(f"{FUNCTION_ROLES_VARIABLE}={asked!r}: expected on (or unset)")
     running = stack.load()
-    if running is None or env.get("AWS_ENDPOINT_URL") != running.endpoint_url:
+    endpoint = env.get("AWS_ENDPOINT_URL", "")
+    if running is not None and endpoint == running.endpoint_url:
+        prefix: str | None = "local"
+    elif asked == "on":
+        if not _local_aws(env):
+            raise RemindersError(f"{FUNCTION_ROLES_VARIABLE}=on needs AWS_ENDPOINT_URL to be a "
+                                 f"moto server of this machine, not {endpoint or '(unset)'}")
+        key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+        if not key or not secret:
+            raise RemindersError(f"{FUNCTION_ROLES_VARIABLE}=on needs the moto administrator's "
+                                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (it makes the "
+                                 "roles)")
+        from reminders.aws_http import Credentials
+
+        stack.register_administrator(endpoint, Credentials(key, secret))
+        prefix = None
+    else:
         return
     urls = config.require_queues(rt.settings)
-    roles.as_their_roles(rt, running.endpoint_url, urls, rt.settings.secrets_key_id,
-                         prefix="local")
+    why = roles.as_their_roles(rt, endpoint, urls, rt.settings.secrets_key_id, prefix=prefix)
+    if why is not None and asked == "on":
+        sys.stderr.write(f"reminders: the functions run as the command's credentials, not "
+                         f"their roles: {why}\n")
 
 
 def _local_aws(env: dict[str, str]) -> bool:

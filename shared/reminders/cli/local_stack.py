@@ -77,6 +77,59 @@ def cmd_local_down(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def cmd_local_serve(args: argparse.Namespace) -> int:
+    """The local stack's rule and event source mappings on the wall clock until a signal."""
+    import signal
+    import threading
+
+    from reminders.clock import SystemClock
+    from reminders.errors import CommandFailed
+    from reminders.local import stack
+    from reminders.local.twin import on_stack
+    from reminders.local.twin.serve import serve
+    from reminders.outcome import EXIT_UNAVAILABLE
+
+    local = stack.load()
+    if local is None:
+        raise CommandFailed("local serve: no local stack is running (or part of it has "
+                            "stopped): start it with `reminders local up`",
+                            code=EXIT_UNAVAILABLE)
+    clock = SystemClock()
+    twin, why = on_stack.start_twin(local, clock)
+    if twin is None:
+        raise CommandFailed(f"local serve: the template's functions cannot run on the twin: "
+                            f"{why}", code=EXIT_UNAVAILABLE)
+    stop = threading.Event()
+    stopped_by: list[str] = []
+
+    def on_signal(number: int, _frame: Any) -> None:
+        stopped_by.append(signal.Signals(number).name)
+        stop.set()
+
+    previous = {name: signal.signal(getattr(signal, name), on_signal)
+                for name in SERVE_STOP_SIGNALS}
+    try:
+        with _twin_alarms(twin):
+            if not args.json:
+                print(f"serving the local stack (the rule each minute, the mappings polled) "
+                      f"until Ctrl-C, at most {args.max_minutes} minutes", flush=True)
+            served = serve(twin, clock=clock, stop=stop, max_minutes=args.max_minutes,
+                           say=(lambda line: None) if args.json else
+                           (lambda line: print(line, flush=True)))
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+        on_stack.close(twin)
+    why_ended = f"on {stopped_by[0]}" if stopped_by else f"after {args.max_minutes} minutes"
+    emit(args, {**served.as_json(), "stopped": stopped_by[0] if stopped_by else None},
+         f"stopped {why_ended}: {served.ticks} rule firings, {served.published} published, "
+         f"{served.records} records delivered to the functions ({served.failures} failed)")
+    return 0
+
+
 def _local_alarms(rt: Any) -> Any:
     """On a moto server on this machine (the local stack's, or a test's), the template's
     alarms watch the command: its handlers' metrics and invocations, and the queues sampled
@@ -204,6 +257,17 @@ def cmd_work(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_minutes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of minutes, 1 or more, "
+                                         f"got {text!r}")
+    return value
+
+
 def _counts_text(value: Any) -> str:
     """``{"unknown": 2, "retrying": 1}`` as ``2 unknown, 1 retrying``; a number as itself."""
     if isinstance(value, dict):
@@ -252,6 +316,19 @@ def add_parsers(sub: Any) -> None:
     _json_flag(p)
     _quiet_flag(p)
     p.set_defaults(func=cmd_local_up)
+    p = local_sub.add_parser(
+        "serve", help="run the local stack's schedule rule and event source mappings on the "
+                      "wall clock until Ctrl-C",
+        description="Keep the template's rule (the scanner each minute) and its event source "
+                    "mappings (consumer, redrive) running on the stack `reminders local up` "
+                    "started, on the twin, so that what an app schedules is delivered with no "
+                    "`reminders work` by hand. One line a minute says what was done; SIGINT "
+                    "(Ctrl-C) or SIGTERM stops it within a few seconds (exit status 0). "
+                    "Refused when the local stack is not running. E.g. `reminders local serve`.")
+    p.add_argument("--max-minutes", type=_positive_minutes, default=1440,
+                   help="stop after this many minutes at the latest (default: 1440, a day)")
+    _json_flag(p)
+    p.set_defaults(func=cmd_local_serve)
     p = local_sub.add_parser("down", help="stop them",
                              description="E.g. `reminders local down --json`.")
     _json_flag(p)

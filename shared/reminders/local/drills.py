@@ -381,7 +381,8 @@ class Site:
         """``work`` (the mappings) or ``tick`` (one rule firing) running beside the drill, for
         a fault to strike while it is under way: on the twin in a thread of this process
         (the functions run in processes of their own, which :meth:`Background.kill` kills);
-        in process, ``reminders work``/``tick`` in a process of its own."""
+        in process, ``reminders work``/``tick`` in a process of its own, each function as its
+        role."""
         if self.twin is None:
             args = ("work", "--max-seconds", f"{max_seconds:g}") if what == "work" \
                 else ("tick",)
@@ -524,10 +525,12 @@ class Site:
     # --- subprocesses --------------------------------------------------------------------
 
     def spawn(self, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """A ``reminders`` command in its own process, on this drill's settings and clock."""
+        """A ``reminders`` command in its own process, on this drill's settings and clock. The
+        command's own calls are moto's administrator's; ``tick`` and ``work`` run each function
+        as its role, as this process does (REMINDERS_FUNCTION_ROLES)."""
         env = {**_child_environment(), **stack.AWS_TEST_ENV,
                **stack.credentials_env(stack.administrator(self.endpoint)),
-               "AWS_ENDPOINT_URL": self.endpoint,
+               "AWS_ENDPOINT_URL": self.endpoint, "REMINDERS_FUNCTION_ROLES": "on",
                **self.settings_env(), "REMINDERS_NOW": iso(self.clock.now()),
                "REMINDERS_HOME": str(self.work_dir / "home"), "LOG_LEVEL": "WARNING",
                **(extra or {})}
