@@ -46,6 +46,7 @@ from tests.bench.support import (
     WallClock,
     add_schedule,
     fresh_db,
+    postgres_cpu_seconds,
     runtime,
     sqs_event,
 )
@@ -168,6 +169,7 @@ def _cost_run(server: Cluster, paced: bool) -> Figures:
     rt = runtime(url, _Fixed(), queue, {"webhook": RecordingChannel()}, send_concurrency=BATCH)
     rt_conn = rt.connection()
     statements, trips, wal = [], [], []
+    cpu_before = postgres_cpu_seconds(server.direct)
     for _ in range(COST_BATCHES):
         bodies = queue.take(BATCH)
         lsn = conn.execute("select pg_current_wal_lsn() as lsn").fetchone()
@@ -181,13 +183,17 @@ def _cost_run(server: Cluster, paced: bool) -> Figures:
                            ((lsn or {})["lsn"],)).fetchone()
         wal.append(float((row or {})["n"]))
         queue.done(len(bodies))
+    cpu = postgres_cpu_seconds(server.direct) - cpu_before
     sent = conn.execute("select count(*) as n from deliveries where state = 'sent'").fetchone()
     assert sent is not None and sent["n"] == total, sent
     rt.close()
     conn.close()
     return {"statements_per_send": statistics.median(statements) / BATCH,
             "round_trips_per_batch": statistics.median(trips),
-            "wal_bytes_per_send": statistics.median(wal) / BATCH}
+            "wal_bytes_per_send": statistics.median(wal) / BATCH,
+            # The server's CPU over all the batches (the bench's own WAL reads included, the
+            # same in both runs), a send's share: to the clock tick over total sends.
+            "db_cpu_us_per_send": cpu / total * 1e6}
 
 
 class _Fixed:
@@ -207,5 +213,7 @@ def bench_pacing(server: Cluster) -> Figures:
                  / unpaced["statements_per_send"],
                  "wal_bytes_ratio": paced["wal_bytes_per_send"] / unpaced["wal_bytes_per_send"],
                  "round_trips_ratio": paced["round_trips_per_batch"]
-                 / unpaced["round_trips_per_batch"]},
+                 / unpaced["round_trips_per_batch"],
+                 "db_cpu_ratio": paced["db_cpu_us_per_send"]
+                 / max(unpaced["db_cpu_us_per_send"], 1e-9)},
     }

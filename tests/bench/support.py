@@ -423,3 +423,25 @@ def statement_reads(conn: db.Connection, name: str, params: dict[str, Any]) -> d
 def statement_buffers(conn: db.Connection, name: str, params: dict[str, Any]) -> int:
     """The shared buffers one execution of the named statement touches (statement_reads)."""
     return statement_reads(conn, name, params)["buffers"]
+
+
+def postgres_cpu_seconds(direct_url: str) -> float:
+    """CPU seconds (user and system) used so far by the processes of the Postgres server
+    ``direct_url`` reaches (every process working in its data directory, as /proc shows them:
+    the backends the pooler keeps open, and the server's own processes). A difference of two
+    readings is what the server spent meanwhile, to the clock tick (10 ms on Linux); a backend
+    that ended between them takes its share with it."""
+    with db.connect(direct_url) as conn:
+        row = conn.execute("show data_directory").fetchone()
+    data = str(Path(str((row or {})["data_directory"])).resolve())
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(entry / "cwd") != data:
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile, or not ours to look at
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / ticks
