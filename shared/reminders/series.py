@@ -64,6 +64,15 @@ def plan_next(rec: Recurrence, last: datetime, now: datetime,
     return plan
 
 
+def refuse_unreadable(row: db.Row) -> None:
+    """Raise InvalidInput, naming the column and what Postgres wrote, when ``row`` (loaded
+    each instant on its own terms) holds an instant Python cannot: the series' failure path
+    then parks that one delivery or ends that one schedule."""
+    unreadable = unreadable_reason(row)
+    if unreadable is not None:
+        raise InvalidInput(unreadable)
+
+
 def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, recipient: str,
                            now: datetime, *, after: datetime) -> None:
     """Materialise the recipient's next delivery after the one (occurring at ``after``) that
@@ -74,9 +83,7 @@ def advance_after_terminal(conn: db.Connection, tenant: str, schedule_id: int, r
                                               "recipient": recipient}, every_instant=True)
     if row is None or row["state"] != "active" or row["rrule"] is None or row["has_pending"]:
         return
-    unreadable = unreadable_reason(row)  # a local start or an occurrence written by hand
-    if unreadable is not None:
-        raise InvalidInput(unreadable)
+    refuse_unreadable(row)  # a local start or an occurrence written by hand
     last = row["last_occurrence"] if row["last_occurrence"] is not None else after
     plan = plan_next(recurrence_of(row), last, now, row["stale_after"])
     insert_deliveries(conn, tenant=tenant, schedule_id=schedule_id,
@@ -103,9 +110,7 @@ def advance_flagged(conn: db.Connection, rows: list[db.Row], now: datetime, *,
             break
         ref = {"id": row["id"], "tenant": row["tenant"]}
         try:
-            unreadable = unreadable_reason(row)  # its occurrence, written by hand
-            if unreadable is not None:
-                raise InvalidInput(unreadable)
+            refuse_unreadable(row)  # its occurrence, written by hand
             with db.transaction(conn):
                 if db.fetch_one(conn, share, {"id": row["schedule_id"],
                                               "tenant": row["tenant"]}) is None and skip_held:
@@ -147,9 +152,7 @@ def materialise_first(conn: db.Connection, limit: int, now: datetime,
                 break
             ref = {"id": row["id"], "tenant": row["tenant"], "now": now}
             try:
-                unreadable = unreadable_reason(row)  # a local start written by hand
-                if unreadable is not None:
-                    raise InvalidInput(unreadable)
+                refuse_unreadable(row)  # a local start written by hand
                 first = first_due(recurrence_of(row), now)
             except ExpansionDeadline:
                 break  # the time is up inside this rule's expansion: it is tried next tick
