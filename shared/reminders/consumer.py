@@ -559,17 +559,17 @@ class Outcomes:
     attempts: dict[str, Any]
     settles: list[tuple[db.Row, Any, str, str, datetime | None, int]]
     throttled: list[Send] = field(default_factory=list)  # retried without spending an attempt
+    answers: list[Send] = field(default_factory=list)  # every send its provider throttled
 
     def submit_throttled(self, conn: db.Connection, now: datetime) -> None:
         """Before the settles, in their transaction: the throttled sends' attempts go back to
-        their budgets, and their buckets slow down (AIMD)."""
-        if not self.throttled:
-            return
-        db.submit(conn, "deliveries_throttled", {
-            "ids": [s.row["id"] for s in self.throttled],
-            "tokens": [s.token for s in self.throttled],
-            "attempt_nos": [s.attempt_no for s in self.throttled]})
-        paced = {str(s.row["pace_key"]) for s in self.throttled if s.row["pace_key"]}
+        their budgets, and their buckets slow down (AIMD) and count them."""
+        if self.throttled:
+            db.submit(conn, "deliveries_throttled", {
+                "ids": [s.row["id"] for s in self.throttled],
+                "tokens": [s.token for s in self.throttled],
+                "attempt_nos": [s.attempt_no for s in self.throttled]})
+        paced = Counter(str(s.row["pace_key"]) for s in self.answers if s.row["pace_key"])
         if paced:
             pacing.submit_throttled(conn, paced, now)
 
@@ -586,6 +586,7 @@ def _throttled(rt: Runtime, send: Send) -> bool:
 def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
     settles = []
     throttled = []
+    answers = [s for s in sends if s.result is not None and s.result.extra.get("throttled")]
     for send in sends:
         assert send.result is not None
         keyed = rt.channels[send.row["channel"]].honours_idempotency_key
@@ -601,7 +602,8 @@ def _outcomes(rt: Runtime, sends: list[Send], now: datetime) -> Outcomes:
         "outcomes": [r.outcome.value for r in results],
         "status_codes": [r.status_code for r in results],
         "details": [r.detail[:500] for r in results],
-        "retry_afters": [r.retry_after for r in results], "now": now}, settles, throttled)
+        "retry_afters": [r.retry_after for r in results], "now": now}, settles, throttled,
+        answers)
 
 
 def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft) -> None:
@@ -630,7 +632,8 @@ def _finish(rt: Runtime, conn: db.Connection, run: BatchRun, time_left: TimeLeft
                     "invocation; the scanner settles the send at its deadline", retryable=True)
                 continue
             state = _finish_alone(rt, conn, send, one, now,
-                                  Outcomes({}, [], [send] if send in done.throttled else []))
+                                  Outcomes({}, [], [send] if send in done.throttled else [],
+                                           [send] if send in done.answers else []))
             if state is not None:
                 states[int(send.row["id"])] = state
     lost = [s for s in run.sends

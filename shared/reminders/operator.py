@@ -89,34 +89,42 @@ def status(conn: db.Connection, *, now: datetime, tenant: str | None = None) -> 
                 "deliveries_in_all": int(removed.get("deliveries_total") or 0)}}
 
 
+PACING_ENDPOINTS_SHOWN = 20  # status_pacing's bound: the channels and this many endpoints
+
+
 def pacing_status(conn: db.Connection, *, now: datetime,
                   tenant: str | None = None) -> list[dict[str, Any]]:
-    """Each paced channel and endpoint: its rate and the rate in force, the sends waiting for
-    a token (the slots its bucket booked ahead for deliveries released for want of one), and
-    its provider throttles (each halved the rate in force, at most one a second; counted since
-    its rate was set, and whether the last was in the last hour). Read off the bucket's own
-    rows: an unpaced channel has none. A tenant's view shows the channels, not the endpoints
-    (an endpoint's URL is its owner's)."""
-    from datetime import timedelta
-
+    """Each paced channel, and at most ``PACING_ENDPOINTS_SHOWN`` paced endpoints (those
+    throttled in the last hour first; the last row says ``more_endpoints`` when others are
+    paced: ``channels list`` shows every one): its rate and the rate in force, the sends
+    waiting for a token (the slots its bucket booked ahead for deliveries released for want
+    of one), and its provider throttles in the last hour (every throttled send, counted by the
+    minute) with the latest one's instant. Read off the bucket's own rows: an unpaced channel
+    has none. A tenant's view shows the channels, not the endpoints (an endpoint's URL is its
+    owner's)."""
     from reminders.pacing import RECOVER_PER_SECOND
 
+    limit = 0 if tenant is not None else PACING_ENDPOINTS_SHOWN
+    rows = db.fetch_all(conn, "status_pacing", {"now": now, "recover": RECOVER_PER_SECOND,
+                                                "limit": limit})
+    channels = [r for r in rows if " " not in str(r["key"])]
+    endpoints = [r for r in rows if " " in str(r["key"])]
     out = []
-    for row in db.fetch_all(conn, "status_pacing", {"now": now,
-                                                    "recover": RECOVER_PER_SECOND}):
+    for row in channels + endpoints[:limit]:
         channel, _, url = str(row["key"]).partition(" ")
-        if tenant is not None and url:
-            continue
-        last = row["throttled_at"]
+        last = row["last_throttled_at"]
         out.append({
             "key": row["key"], "channel": channel, "endpoint": url or None,
             "rate_per_second": row["rate"], "burst": row["burst"],
             "rate_in_force_per_second": round(float(row["rate_now"]), 3),
             "waiting_for_token": int(row["waiting"]),
             "booked_until": None if row["booked_until"] is None else iso(row["booked_until"]),
-            "throttles": int(row["throttles"]),
+            "throttles_last_hour": int(row["throttles_last_hour"]),
             "last_throttled_at": None if last is None else iso(last),
-            "throttled_in_last_hour": last is not None and last > now - timedelta(hours=1)})
+            "throttled_in_last_hour": int(row["throttles_last_hour"]) > 0,
+            "rate_halvings": int(row["halvings"])})
+    if tenant is None and len(endpoints) > limit and out:
+        out[-1]["more_endpoints"] = True
     return out
 
 
@@ -124,18 +132,21 @@ def pacing_text(rows: list[dict[str, Any]]) -> str:
     from reminders.cli_format import table, terminal_safe
 
     def throttled(r: dict[str, Any]) -> str:
-        if not r["throttles"]:
+        if not r["throttles_last_hour"]:
             return "none"
-        when = "in the last hour" if r["throttled_in_last_hour"] else "not in the last hour"
-        return f"{r['throttles']} (last {r['last_throttled_at']}, {when})"
+        return f"{r['throttles_last_hour']} (the last {r['last_throttled_at']})"
 
-    return "paced channels:\n" + table(
-        ["channel", "rate", "in force", "waiting for a token", "provider throttles"],
+    text = "paced channels:\n" + table(
+        ["channel", "rate", "in force", "waiting for a token", "provider throttles, last hour"],
         [(terminal_safe(str(r["key"])), f"{r['rate_per_second']:g}/s",
           f"{r['rate_in_force_per_second']:g}/s",
           str(r["waiting_for_token"]) + (f" (booked until {r['booked_until']})"
                                          if r["booked_until"] else ""),
           throttled(r)) for r in rows])
+    if rows and rows[-1].get("more_endpoints"):
+        text += (f"\n(the first {PACING_ENDPOINTS_SHOWN} paced endpoints, those throttled in "
+                 "the last hour first; `reminders channels list` shows every one)")
+    return text
 
 
 def status_text(data: dict[str, Any]) -> str:

@@ -179,9 +179,19 @@ def wait_reason(key: str, due: datetime) -> str:
     return f"paced: no {key} token free; due again {iso(due)}"
 
 
-def submit_throttled(conn: db.Connection, keys: Iterable[str], now: datetime) -> db.Pending:
-    return db.submit(conn, "pace_throttled", {"keys": sorted(set(keys)), "now": now,
-                                              "floor": FLOOR, "recover": RECOVER_PER_SECOND})
+THROTTLE_SLOTS = 8  # rate_throttles' slots a minute (migration 0031)
+
+
+def submit_throttled(conn: db.Connection, throttled: Counter[str], now: datetime) -> None:
+    """A batch's sends its providers throttled, by paced key: each bucket's rate in force
+    halved (AIMD, at most once a second), and every one counted in this minute's row
+    (``status``'s provider throttles in the last hour)."""
+    keys = sorted(throttled)
+    db.submit(conn, "pace_throttled", {"keys": keys, "now": now, "floor": FLOOR,
+                                       "recover": RECOVER_PER_SECOND})
+    db.submit(conn, "pace_throttles_count", {
+        "keys": keys, "counts": [throttled[k] for k in keys], "now": now,
+        "slot": random.randrange(THROTTLE_SLOTS)})  # spreads the writers (no secret)
 
 
 def describe(row: dict[str, Any]) -> dict[str, Any]:

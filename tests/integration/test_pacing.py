@@ -28,6 +28,7 @@ from tests.conftest import Harness, make_runtime
 from tests.integration.pipeline_helpers import (
     bodies,
     delivery,
+    register,
     schedule_webhook,
     take_leases,
     take_messages,
@@ -389,7 +390,7 @@ def test_status_shows_what_waits_for_a_token_and_the_providers_throttles(
     assert (email["waiting_for_token"], email["booked_until"]) == (
         30, iso(now + timedelta(seconds=30 / RATE)))
     assert (email["rate_per_second"], email["rate_in_force_per_second"]) == (RATE, RATE)
-    assert (email["throttles"], email["throttled_in_last_hour"]) == (0, False)
+    assert (email["throttles_last_hour"], email["throttled_in_last_hour"]) == (0, False)
     text = cli("status", now=iso(now)).out
     assert "paced channels:\nemail\t10/s\t10/s\t30 (booked until " in text, text
     # A second on, a second's slots are behind: ten fewer wait.
@@ -403,16 +404,61 @@ def test_status_shows_what_waits_for_a_token_and_the_providers_throttles(
     finally:
         stack.ses_state(h.endpoint, throttle=False)
     throttled_at = h.clock.now()
+    ledger = h.conn.execute("select count(*) as n from attempts where outcome = 'transient'")
+    throttled = int((ledger.fetchone() or {})["n"])
+    assert throttled > 1
     email = paced(iso(throttled_at))
-    assert email["throttles"] == 1 and email["throttled_in_last_hour"] is True, email
+    assert email["throttles_last_hour"] == throttled, email  # every throttled send counted
+    assert email["throttled_in_last_hour"] is True and email["rate_halvings"] == 1
     assert email["last_throttled_at"] == iso(throttled_at)
     assert email["rate_in_force_per_second"] == RATE / 2
-    assert "1 (last " in cli("status", now=iso(throttled_at)).out
-    # Two hours on: nothing booked ahead, the throttle no longer in the last hour (still counted).
+    assert f"{throttled} (the last " in cli("status", now=iso(throttled_at)).out
+    # Two hours on: nothing booked ahead, no throttle in the last hour.
     later = paced(iso(throttled_at + timedelta(hours=2)))
     assert (later["waiting_for_token"], later["booked_until"]) == (0, None)
-    assert (later["throttles"], later["throttled_in_last_hour"]) == (1, False)
+    assert (later["throttles_last_hour"], later["throttled_in_last_hour"]) == (0, False)
+    assert later["rate_halvings"] == 1
     assert later["rate_in_force_per_second"] == RATE
+
+
+def test_status_counts_every_throttled_send_of_the_last_hour_by_endpoint(
+        harness: Harness, cli: Any) -> None:
+    """Provider throttles in `status` (JSON and text) are the sends throttled in the last hour,
+    each counted, per paced endpoint: seven 429s in two batches two minutes apart (two
+    halvings of the rate), counted by the minute, so an hour on only the second batch's are."""
+    from reminders.clock import iso
+
+    h = harness
+    url = h.receiver.hook_url("busy", codes=[429] * 7 + [200])
+    other = h.receiver.hook_url("calm")
+    for u in (url, other):
+        register(h, u)
+        pacing.set_rate(h.conn, pacing.endpoint_key(u), 100.0, None, h.clock.now())
+    schedule_webhook(h, "busy", url=url, recipients=[f"r{i}" for i in range(5)])
+    schedule_webhook(h, "calm", url=other)
+    first = h.clock.now()
+    tick(h)
+    work(h)  # five sends, five 429s
+    h.clock.advance(timedelta(minutes=2))
+    second = h.clock.now()
+    tick(h)
+    work(h)  # five retries: two 429s, three sent
+
+    def shown(at: datetime) -> dict[str, dict[str, Any]]:
+        got = cli("status", "--json", now=iso(at)).json()["pacing"]
+        return {p["endpoint"]: p for p in got}
+
+    now = shown(second)
+    assert (now[url]["throttles_last_hour"], now[url]["rate_halvings"]) == (7, 2), now[url]
+    assert now[url]["last_throttled_at"] == iso(second)
+    assert now[other]["throttles_last_hour"] == 0 and now[other]["last_throttled_at"] is None
+    assert list(now) == [url, other]  # the throttled endpoint first
+    text = cli("status", now=iso(second)).out
+    assert f"webhook {url}\t100/s\t50/s\t0\t7 (the last {iso(second)})" in text, text
+    # An hour after the first batch's minute, only the second batch's throttles count.
+    assert shown(first + timedelta(hours=1))[url]["throttles_last_hour"] == 2
+    gone = shown(second + timedelta(hours=1))[url]
+    assert (gone["throttles_last_hour"], gone["throttled_in_last_hour"]) == (0, False)
 
 
 def test_sends_that_found_every_shard_locked_are_booked_and_counted_as_waiting(

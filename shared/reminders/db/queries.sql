@@ -946,20 +946,67 @@ select c.key, c.rate, c.burst, c.shards, c.source, c.throttles, c.throttled_at, 
 from channel_rates c left join rate_shards s on s.key = c.key
 group by c.key order by c.key;
 -- name: status_pacing
--- Each paced key as `status` and the console's overview show it, off its own rows (a key's
--- setting and its shards: O(keys x shards), no delivery read): the rate in force, the sends
--- waiting for a token (the slots its shards booked ahead of now for deliveries released for
--- want of one: (reserved_until - now) x the shard's rate, summed) and when the last is booked,
--- and its throttles (each a halving of the rate in force, at most one a second).
-select c.key, c.rate, c.burst, c.throttles, c.throttled_at, f.rate_now,
-       coalesce(round(sum(greatest(0, extract(epoch from (s.reserved_until - %(now)s))::float8)
-                          * f.rate_now / c.shards)), 0)::bigint as waiting,
-       max(s.reserved_until) filter (where s.reserved_until > %(now)s) as booked_until
-from channel_rates c
+-- Each paced key as `status` and the console's overview show it, off its own rows (no
+-- delivery read), for a bounded set of keys however many endpoints are paced: the channels,
+-- then at most %(limit)s endpoints and one more (to say there are more), those throttled in
+-- the last hour first (channel_rates_throttled, the latest first), then by URL (the primary
+-- key). For each: the rate in force, the sends waiting for a token (the slots its shards booked
+-- ahead of now for deliveries released for want of one: (reserved_until - now) x the shard's
+-- rate, summed) and when the last is booked, and its provider throttles in the last hour (the
+-- sends throttled, counted by the minute in rate_throttles: this minute and the 59 before,
+-- at most 60 x 8 rows) with the latest one's instant.
+with endpoints as (
+    select e.key, max(e.throttled_at) as throttled_at from (
+        (select key, throttled_at from channel_rates
+         where throttled_at is not null and throttled_at > %(now)s - interval '1 hour'
+           and key <> all(array['email', 'sms'])
+         order by throttled_at desc, key limit %(limit)s + 1)
+        union all
+        (select key, null from channel_rates where key <> all(array['email', 'sms'])
+         order by key limit %(limit)s + 1)
+    ) e group by e.key order by max(e.throttled_at) desc nulls last, e.key limit %(limit)s + 1
+), shown as (
+    select key, 0 as place from channel_rates where key = any(array['email', 'sms'])
+    union all
+    select key, 1 from endpoints
+)
+select c.key, c.rate, c.burst, c.throttles as halvings, c.throttled_at, f.rate_now,
+       w.waiting, w.booked_until, coalesce(t.throttles, 0)::bigint as throttles_last_hour,
+       t.last_at as last_throttled_at
+from shown
+join channel_rates c on c.key = shown.key
 cross join lateral (select c.rate * least(1.0, c.factor + greatest(0, coalesce(
     extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s) as rate_now) f
-left join rate_shards s on s.key = c.key
-group by c.key, f.rate_now order by c.key;
+cross join lateral (
+    select coalesce(round(sum(greatest(0, extract(epoch from (s.reserved_until - %(now)s))
+                                          ::float8) * f.rate_now / c.shards)), 0)::bigint
+               as waiting,
+           max(s.reserved_until) filter (where s.reserved_until > %(now)s) as booked_until
+    from rate_shards s where s.key = c.key
+) w
+cross join lateral (
+    select sum(r.throttles) as throttles, max(r.last_at) as last_at from rate_throttles r
+    where r.key = c.key and r.minute >= date_trunc('minute', %(now)s) - interval '59 minutes'
+      and r.minute <= %(now)s and r.last_at <= %(now)s
+) t
+order by shown.place,
+         case when c.throttled_at > %(now)s - interval '1 hour' then c.throttled_at end
+             desc nulls last, c.key;
+-- name: pace_throttles_count
+-- The sends a provider throttled, by paced key, added to this minute's row of one slot; and
+-- rows past a day removed, a hundred at most, none another transaction holds.
+with gone as (
+    delete from rate_throttles where ctid in (
+        select ctid from rate_throttles
+        where key = any(%(keys)s::text[]) and minute < %(now)s - interval '1 day'
+        limit 100 for update skip locked)
+)
+insert into rate_throttles (key, minute, slot, throttles, last_at)
+select w.key, date_trunc('minute', %(now)s), %(slot)s, w.n, %(now)s
+from unnest(%(keys)s::text[], %(counts)s::integer[]) as w(key, n)
+on conflict (key, minute, slot) do update set
+    throttles = rate_throttles.throttles + excluded.throttles,
+    last_at = greatest(rate_throttles.last_at, excluded.last_at);
 -- name: deliveries_paused
 -- Why attempts_start started nothing for these rows (a tenant or a schedule paused since the
 -- re-check): CROSS-TENANT by ids the caller holds leases on.
