@@ -107,10 +107,8 @@ def pacing_status(conn: db.Connection, *, now: datetime,
     limit = 0 if tenant is not None else PACING_ENDPOINTS_SHOWN
     rows = db.fetch_all(conn, "status_pacing", {"now": now, "recover": RECOVER_PER_SECOND,
                                                 "limit": limit})
-    channels = [r for r in rows if " " not in str(r["key"])]
-    endpoints = [r for r in rows if " " in str(r["key"])]
     out = []
-    for row in channels + endpoints[:limit]:
+    for row in rows:
         channel, _, url = str(row["key"]).partition(" ")
         last = row["last_throttled_at"]
         out.append({
@@ -123,7 +121,7 @@ def pacing_status(conn: db.Connection, *, now: datetime,
             "last_throttled_at": None if last is None else iso(last),
             "throttled_in_last_hour": int(row["throttles_last_hour"]) > 0,
             "rate_halvings": int(row["halvings"])})
-    if tenant is None and len(endpoints) > limit and out:
+    if tenant is None and out and out[-1]["endpoint"] and rows[-1]["more_endpoints"]:
         out[-1]["more_endpoints"] = True
     return out
 

@@ -7,6 +7,11 @@ what the statement has no work for. Each ratio large / small should stay within 
 - ``paused``: the tick's lateness, every statement ``status`` runs and the tenants list,
   without and with a paused tenant's due backlog of ``BENCH_BOUNDS_ROWS`` rows (default
   1,000,000).
+- ``pacing``: ``status``'s pacing read (status_pacing) with both channels and 30 paced
+  endpoints (25 throttled in the last hour, an hour of throttle counts each, sends waiting on
+  every one), then with ``BENCH_BOUNDS_ENDPOINTS`` (default 10,000) endpoints more, each
+  throttled in the last hour, a day of older throttle counts on every shown key, and a day's
+  sends booked on every shard (many waiting).
 - ``purge``: the retention purge with two kinds (kept an hour and 30 days) and ten rows of the
   short kind past their hour, without and with ``BENCH_BOUNDS_ROWS`` terminal rows of the long
   kind it keeps.
@@ -98,6 +103,76 @@ def _paused(server: Cluster) -> dict[str, Any]:
     return {"paused_backlog": _rows(), "build_s": build_s, **_compare(small, large)}
 
 
+def _endpoints() -> int:
+    return int(os.environ.get("BENCH_BOUNDS_ENDPOINTS", "10000"))
+
+
+def _paced(conn: db.Connection, first: int, count: int, *, throttled_ago: str) -> None:
+    """``count`` paced endpoints from number ``first`` (burst 40: 4 shards each), the last
+    halving ``throttled_ago`` before NOW (and up to 10 minutes more)."""
+    with untimed(conn):
+        conn.execute(
+            "insert into channel_rates (key, rate, burst, shards, source, updated_at,"
+            " factor, throttled_at, throttles) select 'webhook https://e' || g || '.example.com/',"
+            " 40, 40, 4, 'set', %(now)s, 0.5, %(now)s - %(ago)s::interval"
+            " - make_interval(secs => g %% 600), 3"
+            " from generate_series(%(first)s::integer, %(last)s::integer) g",
+            {"now": NOW, "ago": throttled_ago, "first": first, "last": first + count - 1})
+        conn.execute(
+            "insert into rate_shards (key, shard, tokens, refilled_at, reserved_until, minute)"
+            " select c.key, s, 0, %(now)s, %(now)s, %(now)s from channel_rates c"
+            " cross join generate_series(0, 3) s where c.key like 'webhook %%'"
+            " on conflict (key, shard) do nothing", {"now": NOW})
+
+
+def _book(conn: db.Connection, ahead: str) -> None:
+    """Every endpoint's shards booked ``ahead`` of NOW: sends waiting on every one (an update
+    of each shard, as a take writes it)."""
+    with untimed(conn):
+        conn.execute("update rate_shards set reserved_until = %(now)s + %(ahead)s::interval"
+                     " where key like 'webhook %%'", {"now": NOW, "ahead": ahead})
+
+
+def _throttle_counts(conn: db.Connection, keys: str, since: str, until: str) -> None:
+    """Every slot of every minute from ``since`` to ``until`` before NOW counted, for the keys
+    ``keys`` (a LIKE pattern) selects."""
+    with untimed(conn):
+        conn.execute(
+            "insert into rate_throttles (key, minute, slot, throttles, last_at)"
+            " select c.key, m, s, 5, m from channel_rates c"
+            " cross join generate_series(date_trunc('minute', %(now)s - %(since)s::interval),"
+            "   date_trunc('minute', %(now)s - %(until)s::interval), interval '1 minute') m"
+            " cross join generate_series(0, 7) s where c.key like %(keys)s"
+            " on conflict do nothing",
+            {"now": NOW, "since": since, "until": until, "keys": keys})
+
+
+def _pacing(server: Cluster) -> dict[str, Any]:
+    conn, _ = fresh_db(server, "bench_bounds_pacing")
+    from reminders import pacing
+
+    for channel in ("email", "sms"):
+        pacing.set_rate(conn, channel, 40.0, 40.0, NOW)
+    _paced(conn, 0, 25, throttled_ago="1 minute")
+    _paced(conn, 25, 5, throttled_ago="3 hours")
+    _book(conn, "30 seconds")
+    _throttle_counts(conn, "%", "59 minutes", "0 minutes")
+    names = ("status_pacing",)
+    params = {"now": NOW, "recover": 0.01, "limit": operator.PACING_ENDPOINTS_SHOWN}
+    small = _reads(conn, names, params)
+    started = time.perf_counter()
+    _paced(conn, 30, _endpoints(), throttled_ago="12 minutes")
+    _book(conn, "1 day")
+    _throttle_counts(conn, "webhook https://e_.example.com/", "1 day", "61 minutes")
+    _throttle_counts(conn, "webhook https://e__.example.com/", "1 day", "61 minutes")
+    build_s = time.perf_counter() - started
+    large = _reads(conn, names, params)
+    shown = len(operator.pacing_status(conn, now=NOW))
+    conn.close()
+    return {"endpoints_small": 30, "endpoints_large": 30 + _endpoints(), "keys_shown": shown,
+            "build_s": build_s, **_compare(small, large)}
+
+
 def _purge(server: Cluster) -> dict[str, Any]:
     conn, _ = fresh_db(server, "bench_bounds_purge")
     conn.execute("insert into kinds (name, retention) values ('brief', '1 hour'),"
@@ -131,9 +206,10 @@ def _worst(case: dict[str, Any]) -> float:
 
 
 def bench_bounds(server: Cluster) -> dict[str, Any]:
-    """The three cases; ``worst_ratio``: the largest large / small of any statement's buffers
+    """The four cases; ``worst_ratio``: the largest large / small of any statement's buffers
     or rows read, which the goal holds within 1.2."""
-    cases = {"lease": _lease(server), "paused": _paused(server), "purge": _purge(server)}
+    cases = {"lease": _lease(server), "paused": _paused(server), "pacing": _pacing(server),
+             "purge": _purge(server)}
     worst = {name: _worst(case) for name, case in cases.items()}
     return {"goal": "every buffers_ratio and rows_read_ratio <= 1.2", **cases,
             "worst_ratio": worst, "within_goal": all(w <= 1.2 for w in worst.values())}

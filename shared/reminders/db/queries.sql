@@ -948,33 +948,38 @@ group by c.key order by c.key;
 -- name: status_pacing
 -- Each paced key as `status` and the console's overview show it, off its own rows (no
 -- delivery read), for a bounded set of keys however many endpoints are paced: the channels,
--- then at most %(limit)s endpoints and one more (to say there are more), those throttled in
--- the last hour first (channel_rates_throttled, the latest first), then by URL (the primary
--- key). For each: the rate in force, the sends waiting for a token (the slots its shards booked
--- ahead of now for deliveries released for want of one: (reserved_until - now) x the shard's
--- rate, summed) and when the last is booked, and its provider throttles in the last hour (the
--- sends throttled, counted by the minute in rate_throttles: this minute and the 59 before,
--- at most 60 x 8 rows) with the latest one's instant.
-with endpoints as (
-    select e.key, max(e.throttled_at) as throttled_at from (
-        (select key, throttled_at from channel_rates
-         where throttled_at is not null and throttled_at > %(now)s - interval '1 hour'
-           and key <> all(array['email', 'sms'])
-         order by throttled_at desc, key limit %(limit)s + 1)
-        union all
-        (select key, null from channel_rates where key <> all(array['email', 'sms'])
-         order by key limit %(limit)s + 1)
-    ) e group by e.key order by max(e.throttled_at) desc nulls last, e.key limit %(limit)s + 1
-), shown as (
-    select key, 0 as place from channel_rates where key = any(array['email', 'sms'])
+-- then at most %(limit)s endpoints, those throttled in the last hour first (from
+-- channel_rates_throttled, the latest first), then by URL (the primary key), each range read
+-- to one more (more_endpoints: there are others). For each: the rate in force, the sends
+-- waiting for a token (the slots its shards booked ahead of now for deliveries released for
+-- want of one: (reserved_until - now) x the shard's rate, summed) and when the last is booked,
+-- and its provider throttles in the last hour (the sends throttled, counted by the minute in
+-- rate_throttles: this minute and the 59 before, at most 60 x 8 rows) with the latest one's
+-- instant. Each key's row is read once, by the range that found it.
+with candidates as (
+    (select c.*, true as recent from channel_rates c
+     where c.throttled_at is not null and c.throttled_at > %(now)s - interval '1 hour'
+       and c.key <> all(array['email', 'sms'])
+     order by c.throttled_at desc, c.key limit %(limit)s + 1)
     union all
-    select key, 1 from endpoints
+    (select c.*, false from channel_rates c where c.key <> all(array['email', 'sms'])
+     order by c.key limit %(limit)s + 1)
+), endpoints as (
+    select distinct on (key) * from candidates order by key, recent desc
+), shown as (
+    select c.key, c.rate, c.burst, c.shards, c.factor, c.throttled_at, c.throttles, 0 as place
+    from channel_rates c where c.key = any(array['email', 'sms'])
+    union all
+    (select e.key, e.rate, e.burst, e.shards, e.factor, e.throttled_at, e.throttles, 1
+     from endpoints e
+     order by e.recent desc, case when e.recent then e.throttled_at end desc, e.key
+     limit %(limit)s)
 )
 select c.key, c.rate, c.burst, c.throttles as halvings, c.throttled_at, f.rate_now,
        w.waiting, w.booked_until, coalesce(t.throttles, 0)::bigint as throttles_last_hour,
-       t.last_at as last_throttled_at
-from shown
-join channel_rates c on c.key = shown.key
+       t.last_at as last_throttled_at,
+       (select count(*) from endpoints) > %(limit)s as more_endpoints
+from shown c
 cross join lateral (select c.rate * least(1.0, c.factor + greatest(0, coalesce(
     extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s) as rate_now) f
 cross join lateral (
@@ -989,7 +994,7 @@ cross join lateral (
     where r.key = c.key and r.minute >= date_trunc('minute', %(now)s) - interval '59 minutes'
       and r.minute <= %(now)s and r.last_at <= %(now)s
 ) t
-order by shown.place,
+order by c.place,
          case when c.throttled_at > %(now)s - interval '1 hour' then c.throttled_at end
              desc nulls last, c.key;
 -- name: pace_throttles_count
