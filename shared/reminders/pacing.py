@@ -161,19 +161,17 @@ def grants(rows: Iterable[db.Row], wanted: Counter[str]) -> dict[str, Grant]:
 
 
 def book(conn: db.Connection, wanted: Counter[str], now: datetime) -> dict[str, list[datetime]]:
-    """When the sends that found every shard locked are due again (``pace_book``: waits for a
-    shard's lock, outside any transaction holding deliveries): at once for as many as the
-    shard holds tokens, at its next free slots for the rest, so those wait in the bucket's
-    order and ``status`` counts them. A key whose rate was removed since has none: due at once."""
+    """The slots of sends that found every shard locked (``pace_book``: waits for one shard's
+    lock, outside any transaction holding deliveries), so they wait in the bucket's order and
+    ``status`` counts them. A key whose rate was removed since has none: due at once."""
     keys = sorted(wanted)
     rows = db.fetch_all(conn, "pace_book", {"keys": keys, "counts": [wanted[k] for k in keys],
                                             "now": now, "recover": RECOVER_PER_SECOND})
     out: dict[str, list[datetime]] = {}
     for row in rows:
-        base, rate, ready = row["slot_base"], float(row["shard_rate"]), int(row["ready"])
-        out[str(row["key"])] = [now] * ready + [
-            base + timedelta(seconds=(i + 1) / rate)
-            for i in range(wanted[row["key"]] - ready)]
+        base, rate = row["slot_base"], float(row["shard_rate"])
+        out[str(row["key"])] = [base + timedelta(seconds=(i + 1) / rate)
+                                for i in range(wanted[row["key"]])]
     return out
 
 

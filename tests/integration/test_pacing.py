@@ -463,10 +463,9 @@ def test_status_counts_every_throttled_send_of_the_last_hour_by_endpoint(
 
 def test_sends_that_found_every_shard_locked_are_booked_and_counted_as_waiting(
         harness: Harness, database_url: str, cli: Any) -> None:
-    """A take that finds every shard of its bucket locked by another consumer gets no token:
-    once the lock is free, as many of its sends as the shard still holds tokens are due again
-    at once, and the rest are booked its next slots (as sends that found the bucket empty), so
-    they come back at the bucket's pace and `status` counts them waiting."""
+    """A take that finds every shard of its bucket locked by other consumers gets no token:
+    its sends are booked slots on a shard once the lock is free (as a send that found the
+    bucket empty), so they come back at the bucket's pace and `status` counts them waiting."""
     import time
 
     from reminders.clock import iso
@@ -477,9 +476,8 @@ def test_sends_that_found_every_shard_locked_are_booked_and_counted_as_waiting(
     tick(h)
     now = h.clock.now()
     with db.connect(database_url) as other:
-        with db.transaction(other):  # another consumer's start, taking 7 of the 10 tokens
-            other.execute("update rate_shards set tokens = 3, refilled_at = %s "
-                          "where key = 'email'", (now,))
+        with db.transaction(other):  # another consumer's start transaction, holding the shards
+            other.execute("select shard from rate_shards where key = 'email' for update")
             worker = threading.Thread(target=work, args=(h,))
             worker.start()
             for _ in range(100):  # until the consumer waits for the shard (or is done)
@@ -495,11 +493,11 @@ def test_sends_that_found_every_shard_locked_are_booked_and_counted_as_waiting(
     dues = sorted(r["due_at"] for r in h.conn.execute(
         "select d.due_at from deliveries d join schedules s on s.id = d.schedule_id "
         "where s.schedule_key = 'locked'").fetchall())
-    assert dues == [now] * 3 + [now + timedelta(seconds=(i + 1) / RATE) for i in range(7)]
+    assert dues == [now + timedelta(seconds=(i + 1) / RATE) for i in range(10)]
     (email,) = [p for p in cli("status", "--json", now=iso(now)).json()["pacing"]
                 if p["key"] == "email"]
     assert (email["waiting_for_token"], email["booked_until"]) == (
-        7, iso(now + timedelta(seconds=7 / RATE))), email
+        10, iso(now + timedelta(seconds=10 / RATE))), email
     assert budgets(h, "locked") == [{"attempts_made": 0, "attempts_base": 0, "throttles": 0,
                                      "leases": 0}] * 10
 

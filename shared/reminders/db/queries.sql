@@ -841,37 +841,31 @@ select p.key, p.shard, coalesce(g.taken, 0) as taken, coalesce(g.slot_base, %(no
        p.shard_rate
 from picked p left join granted g on g.key = p.key;
 -- name: pace_book
--- The sends whose take found every shard of their bucket locked (pace_take's SKIP LOCKED),
--- after the start transaction committed: on the shard holding the most tokens, waiting for its
--- lock (held only while another consumer's start transaction commits). As many as it holds
--- tokens now are due again at once (ready: no token is taken here, they come back for one);
--- the rest are booked its next free slots, so they wait in the bucket's order and are counted
--- as waiting like any other.
+-- The slots of sends whose take found every shard of their bucket locked (pace_take's SKIP
+-- LOCKED): booked after the start transaction committed, on the shard booked least far ahead,
+-- waiting for its lock (held only while another consumer's start transaction commits), so
+-- they are due again at the bucket's pace and counted as waiting like any other. No token is
+-- taken: they are released, not sent.
 with wanted as (
-    select w.key, w.n, c.shards, c.burst / c.shards as cap,
+    select w.key, w.n, c.shards,
            c.rate * least(1.0, c.factor + greatest(0, coalesce(
                extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s)
                / c.shards as shard_rate
     from unnest(%(keys)s::text[], %(counts)s::integer[]) as w(key, n)
     join channel_rates c on c.key = w.key
 ), picked as (
-    select w.*, s.shard, greatest(s.reserved_until, %(now)s) as slot_base,
-           least(w.n, floor(least(w.cap, s.tokens + greatest(0, extract(epoch from
-               (%(now)s - s.refilled_at))::float8) * w.shard_rate) + 1e-9)::integer) as ready
+    select w.*, s.shard, greatest(s.reserved_until, %(now)s) as slot_base
     from wanted w
     cross join lateral (
-        select r.shard, r.tokens, r.refilled_at, r.reserved_until from rate_shards r
-        where r.key = w.key
-        order by least(w.cap, r.tokens + greatest(0, extract(epoch from
-                     (%(now)s - r.refilled_at))::float8) * w.shard_rate) desc, r.shard
-        limit 1 for update of r
+        select r.shard, r.reserved_until from rate_shards r where r.key = w.key
+        order by r.reserved_until, r.shard limit 1 for update of r
     ) s
 ), booked as (
     update rate_shards r set
-        reserved_until = p.slot_base + make_interval(secs => (p.n - p.ready) / p.shard_rate)
-    from picked p where r.key = p.key and r.shard = p.shard and p.ready < p.n
+        reserved_until = p.slot_base + make_interval(secs => p.n / p.shard_rate)
+    from picked p where r.key = p.key and r.shard = p.shard
 )
-select key, shard, slot_base, shard_rate, ready from picked;
+select key, shard, slot_base, shard_rate from picked;
 -- name: lease_release_paced
 -- Fenced as lease_release: hands back leases whose sends found no token, each due again at its
 -- bucket's slot. No attempt was started, so none is spent, and the lease does not count.
