@@ -154,9 +154,6 @@ class BatchRun:
     failures: dict[str, Exception] = field(default_factory=dict)
     sends: list[Send] = field(default_factory=list)
     ended: list[db.Row] = field(default_factory=list)  # recurring deliveries this batch ended
-    # Sends whose take found every shard of their bucket locked: message, row, token. Their
-    # slots are booked (pacing.book) once the start has committed, and they are released then.
-    unbooked: list[tuple[str, db.Row, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -169,7 +166,6 @@ class Writes:
     starts: list[tuple[str, db.Row, Any, datetime]] = field(default_factory=list)
     # Sends that found no token (pacing): message, row, token, due again at, reason.
     waits: list[tuple[str, db.Row, Any, datetime, str]] = field(default_factory=list)
-    unbooked: list[tuple[str, db.Row, Any]] = field(default_factory=list)  # every shard locked
 
     def submit(self, conn: db.Connection, now: datetime) -> tuple[
             db.Pending | None, db.Pending | None, db.Pending | None]:
@@ -286,8 +282,6 @@ def run_batch(rt: Runtime, conn: db.Connection,
         return
     db.retrying(lambda: _start(rt, conn, leases, run, time_left))
     _send_all(rt, run.sends)
-    if run.unbooked:  # after the sends: booking may wait a moment for a shard's lock
-        db.retrying(lambda: _book(rt, conn, run))
     _finish(rt, conn, run, time_left)
     if not time_left.short_of(record_seconds(rt)):  # else the scanner advances them
         _advance_ended_series(rt, conn, run)
@@ -302,7 +296,6 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
     (their leases still theirs)."""
     run.sends.clear()  # a retried transaction starts over
     run.ended.clear()
-    run.unbooked.clear()
     for message_id in leases:
         run.failures.pop(message_id, None)
         run.outcomes.pop(message_id, None)
@@ -371,9 +364,6 @@ def _start(rt: Runtime, conn: db.Connection, leases: dict[str, LeaseMessage],
     released = {int(r["id"]) for r in waited.rows()} if waited else set()
     for message_id, row, *_ in writes.waits:
         decided[message_id] = "paced" if int(row["id"]) in released else "fenced"
-    for message_id, *_ in writes.unbooked:
-        del decided[message_id]  # decided once its slot is booked (_book)
-    run.unbooked[:] = writes.unbooked
     attempts = {int(r["delivery_id"]): r for r in started.rows()} if started else {}
     for message_id, *_ in writes.settles:
         message, row = acting[message_id]
@@ -421,7 +411,8 @@ def _pace(rt: Runtime, conn: db.Connection, writes: Writes, now: datetime) -> No
                      if row["pace_key"] is not None)
     if not wanted:
         return
-    got = pacing.grants(pacing.submit_take(conn, wanted, now, rt.rng).rows(), wanted)
+    got = pacing.grants(pacing.submit_take(conn, wanted, now, rt.rng).rows(), wanted, now,
+                        rt.rng)
     left = {key: grant.taken for key, grant in got.items()}
     slots = {key: list(grant.slots) for key, grant in got.items()}
     latest = now + timedelta(seconds=rt.settings.limits.max_retry_delay)
@@ -431,8 +422,6 @@ def _pace(rt: Runtime, conn: db.Connection, writes: Writes, now: datetime) -> No
         key = row["pace_key"]
         if key is None or key not in got:  # not paced, or its rate removed since the re-check
             keep.append(start)
-        elif got[key].locked:
-            writes.unbooked.append((message_id, row, token))
         elif left[key] > 0:
             left[key] -= 1
             keep.append(start)
@@ -440,28 +429,6 @@ def _pace(rt: Runtime, conn: db.Connection, writes: Writes, now: datetime) -> No
             due = min(slots[key].pop(0), latest)
             writes.waits.append((message_id, row, token, due, pacing.wait_reason(key, due)))
     writes.starts[:] = keep
-
-
-def _book(rt: Runtime, conn: db.Connection, run: BatchRun) -> None:
-    """Sends whose take found every shard of their bucket locked: their slots booked on a shard
-    (waiting for its lock, outside the start transaction) and their leases released due at
-    them, in one transaction, so they wait in the bucket's order and ``status`` counts them."""
-    now = rt.clock.now()
-    latest = now + timedelta(seconds=rt.settings.limits.max_retry_delay)
-    wanted = Counter(str(row["pace_key"]) for _, row, _ in run.unbooked)
-    with db.transaction(conn):
-        slots = pacing.book(conn, wanted, now)
-        waits = []
-        for message_id, row, token in run.unbooked:
-            booked = slots.get(str(row["pace_key"]))
-            due = min(booked.pop(0), latest) if booked else now
-            waits.append((message_id, row, token, due, pacing.wait_reason(row["pace_key"], due)))
-        released = {int(r["id"]) for r in db.fetch_all(conn, "lease_release_paced", {
-            "ids": [r["id"] for _, r, _, _, _ in waits], "tokens": [t for _, _, t, _, _ in waits],
-            "due_ats": [d for _, _, _, d, _ in waits], "reasons": [w for *_, w in waits],
-            "now": now})}
-    for message_id, row, *_ in waits:
-        run.outcomes[message_id] = "paced" if int(row["id"]) in released else "fenced"
 
 
 def _acting(leases: dict[str, LeaseMessage], rows: dict[int, db.Row]) -> dict[str, LeaseMessage]:

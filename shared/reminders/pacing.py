@@ -127,13 +127,11 @@ def rates(conn: db.Connection, now: datetime) -> list[db.Row]:
 @dataclass(frozen=True)
 class Grant:
     """What a batch got from one key's bucket: ``taken`` sends may go; the others are due
-    again at ``slots`` (one each, in order). ``locked``: every shard was another consumer's,
-    so none was booked yet: their slots come from ``book`` once the start has committed."""
+    again at ``slots`` (one each, in order)."""
 
     key: str
     taken: int
     slots: tuple[datetime, ...]
-    locked: bool = False
 
 
 def submit_take(conn: db.Connection, wanted: Counter[str], now: datetime,
@@ -144,34 +142,22 @@ def submit_take(conn: db.Connection, wanted: Counter[str], now: datetime,
         "recover": RECOVER_PER_SECOND, "spin": rng.randrange(MAX_SHARDS)})
 
 
-def grants(rows: Iterable[db.Row], wanted: Counter[str]) -> dict[str, Grant]:
+def grants(rows: Iterable[db.Row], wanted: Counter[str], now: datetime,
+           rng: random.Random) -> dict[str, Grant]:
     """Each paced key's grant from ``pace_take``'s rows. A key whose every shard another
-    consumer held gets no token and no slot yet (``locked``)."""
+    consumer held gets no token: its sends are due again a little later, spread over the time
+    the bucket takes to refill them."""
     out: dict[str, Grant] = {}
     for row in rows:
         key, n, rate = str(row["key"]), wanted[row["key"]], float(row["shard_rate"])
-        if row["shard"] is None:
-            out[key] = Grant(key, 0, (), locked=True)
-            continue
         taken = int(row["taken"])
-        base: datetime = row["slot_base"]
-        out[key] = Grant(key, taken, tuple(base + timedelta(seconds=(i + 1) / rate)
-                                           for i in range(n - taken)))
-    return out
-
-
-def book(conn: db.Connection, wanted: Counter[str], now: datetime) -> dict[str, list[datetime]]:
-    """The slots of sends that found every shard locked (``pace_book``: waits for one shard's
-    lock, outside any transaction holding deliveries), so they wait in the bucket's order and
-    ``status`` counts them. A key whose rate was removed since has none: due at once."""
-    keys = sorted(wanted)
-    rows = db.fetch_all(conn, "pace_book", {"keys": keys, "counts": [wanted[k] for k in keys],
-                                            "now": now, "recover": RECOVER_PER_SECOND})
-    out: dict[str, list[datetime]] = {}
-    for row in rows:
-        base, rate = row["slot_base"], float(row["shard_rate"])
-        out[str(row["key"])] = [base + timedelta(seconds=(i + 1) / rate)
-                                for i in range(wanted[row["key"]])]
+        if row["shard"] is None:
+            slots = tuple(now + timedelta(seconds=rng.uniform(1, 2) * (i + 1) / rate)
+                          for i in range(n))
+        else:
+            base: datetime = row["slot_base"]
+            slots = tuple(base + timedelta(seconds=(i + 1) / rate) for i in range(n - taken))
+        out[key] = Grant(key, taken, slots)
     return out
 
 

@@ -461,47 +461,6 @@ def test_status_counts_every_throttled_send_of_the_last_hour_by_endpoint(
     assert (gone["throttles_last_hour"], gone["throttled_in_last_hour"]) == (0, False)
 
 
-def test_sends_that_found_every_shard_locked_are_booked_and_counted_as_waiting(
-        harness: Harness, database_url: str, cli: Any) -> None:
-    """A take that finds every shard of its bucket locked by other consumers gets no token:
-    its sends are booked slots on a shard once the lock is free (as a send that found the
-    bucket empty), so they come back at the bucket's pace and `status` counts them waiting."""
-    import time
-
-    from reminders.clock import iso
-
-    h = harness
-    pacing.set_rate(h.conn, "email", RATE, BURST, h.clock.now())  # one shard
-    email_burst(h, "locked", 10)
-    tick(h)
-    now = h.clock.now()
-    with db.connect(database_url) as other:
-        with db.transaction(other):  # another consumer's start transaction, holding the shards
-            other.execute("select shard from rate_shards where key = 'email' for update")
-            worker = threading.Thread(target=work, args=(h,))
-            worker.start()
-            for _ in range(100):  # until the consumer waits for the shard (or is done)
-                waiting = h.conn.execute(
-                    "select count(*) as n from pg_stat_activity where wait_event_type = 'Lock'"
-                    " and query like '%%rate_shards%%'").fetchone()
-                if not worker.is_alive() or (waiting and waiting["n"]):
-                    break
-                time.sleep(0.05)
-        worker.join(timeout=60)
-    assert not worker.is_alive()
-    assert states(h, "locked") == {"scheduled": 10}
-    dues = sorted(r["due_at"] for r in h.conn.execute(
-        "select d.due_at from deliveries d join schedules s on s.id = d.schedule_id "
-        "where s.schedule_key = 'locked'").fetchall())
-    assert dues == [now + timedelta(seconds=(i + 1) / RATE) for i in range(10)]
-    (email,) = [p for p in cli("status", "--json", now=iso(now)).json()["pacing"]
-                if p["key"] == "email"]
-    assert (email["waiting_for_token"], email["booked_until"]) == (
-        10, iso(now + timedelta(seconds=10 / RATE))), email
-    assert budgets(h, "locked") == [{"attempts_made": 0, "attempts_base": 0, "throttles": 0,
-                                     "leases": 0}] * 10
-
-
 class Spin:
     """The shard order's tie-break a take starts from (``pace_take``'s spin), fixed."""
 

@@ -840,32 +840,6 @@ with wanted as (
 select p.key, p.shard, coalesce(g.taken, 0) as taken, coalesce(g.slot_base, %(now)s) as slot_base,
        p.shard_rate
 from picked p left join granted g on g.key = p.key;
--- name: pace_book
--- The slots of sends whose take found every shard of their bucket locked (pace_take's SKIP
--- LOCKED): booked after the start transaction committed, on the shard booked least far ahead,
--- waiting for its lock (held only while another consumer's start transaction commits), so
--- they are due again at the bucket's pace and counted as waiting like any other. No token is
--- taken: they are released, not sent.
-with wanted as (
-    select w.key, w.n, c.shards,
-           c.rate * least(1.0, c.factor + greatest(0, coalesce(
-               extract(epoch from (%(now)s - c.throttled_at))::float8, 0)) * %(recover)s)
-               / c.shards as shard_rate
-    from unnest(%(keys)s::text[], %(counts)s::integer[]) as w(key, n)
-    join channel_rates c on c.key = w.key
-), picked as (
-    select w.*, s.shard, greatest(s.reserved_until, %(now)s) as slot_base
-    from wanted w
-    cross join lateral (
-        select r.shard, r.reserved_until from rate_shards r where r.key = w.key
-        order by r.reserved_until, r.shard limit 1 for update of r
-    ) s
-), booked as (
-    update rate_shards r set
-        reserved_until = p.slot_base + make_interval(secs => p.n / p.shard_rate)
-    from picked p where r.key = p.key and r.shard = p.shard
-)
-select key, shard, slot_base, shard_rate from picked;
 -- name: lease_release_paced
 -- Fenced as lease_release: hands back leases whose sends found no token, each due again at its
 -- bucket's slot. No attempt was started, so none is spent, and the lease does not count.
