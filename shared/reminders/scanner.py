@@ -6,8 +6,9 @@ Scanners take turns for the whole tick (a turn row with a token and an expiry; n
 state, which RDS Proxy would pin and a transaction pooler breaks), so the in-flight budget is
 counted after the previous tick's messages are on the queue. Each step is its own transaction;
 the once-a-tick steps go out together (db.each_alone: one round trip before the drain, two
-after it, where they cost 23 one at a time through the pooler), and a failure tied to one delivery (a series that cannot advance) parks that delivery with its
-reason and never stops the tick.
+after it, where they cost 23 one at a time through the pooler), and a failure tied to one
+delivery (a series that cannot advance) parks that delivery with its reason and never stops
+the tick.
 """
 
 from __future__ import annotations
