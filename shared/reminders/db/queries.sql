@@ -1297,7 +1297,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
@@ -1472,7 +1472,7 @@ from deliveries d join schedules s on s.id = d.schedule_id
 where d.state in ('unknown', 'dead', 'failed', 'stale')
   and (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
   and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1496,7 +1496,7 @@ limit %(limit)s;
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'unknown' and (%(state)s::text is null or %(state)s::text = 'unknown')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1512,7 +1512,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'dead' and (%(state)s::text is null or %(state)s::text = 'dead')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1528,7 +1528,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'failed' and (%(state)s::text is null or %(state)s::text = 'failed')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1544,7 +1544,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'stale' and (%(state)s::text is null or %(state)s::text = 'stale')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1661,7 +1661,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
