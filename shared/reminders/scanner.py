@@ -4,17 +4,19 @@ what the queue refused.
 
 Scanners take turns for the whole tick (a turn row with a token and an expiry; no session
 state, which RDS Proxy would pin and a transaction pooler breaks), so the in-flight budget is
-counted after the previous tick's messages are on the queue. Each step is its own transaction,
-and a failure tied to one delivery (a series that cannot advance) parks that delivery with its
-reason and never stops the tick.
+counted after the previous tick's messages are on the queue. Each step is its own transaction;
+the once-a-tick steps go out together (db.each_alone: one round trip before the drain, two
+after it, where they cost 23 one at a time through the pooler), and a failure tied to one
+delivery (a series that cannot advance) parks that delivery with its reason and never stops
+the tick.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -120,11 +122,12 @@ def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummar
         summary.skipped = why
         logger.warning("scanner tick skipped", extra={"reason": summary.skipped})
         return summary
+    ended = False  # the turn, ended with the tick's last statements unless they failed
     try:
         patience = float(rt.settings.limits.refill_patience_seconds) if refill else 0.0
-        _tick_locked(rt, conn, now, summary, deadline, patience)
+        ended = _tick_locked(rt, conn, now, summary, deadline, patience, holder)
     finally:
-        if not conn.closed and not conn.broken:
+        if not ended and not conn.closed and not conn.broken:
             db.execute(conn, "scanner_turn_end", {"holder": holder})
     for state, metric in PARKED_METRICS.items():
         if summary.reclaimed.get(state):
@@ -148,92 +151,119 @@ def tick(rt: Runtime, context: Any = None, *, refill: bool = True) -> TickSummar
 
 
 def _tick_locked(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary,
-                 deadline: float, patience: float = 0.0) -> None:
+                 deadline: float, patience: float, holder: uuid.UUID) -> bool:
+    """The tick under its turn. Its once-a-tick statements go out together, a round trip
+    before the drain and two after it (db.each_alone: each its own transaction, as alone).
+    True when the turn was ended with the last of them."""
     limits = rt.settings.limits
     # Counted under the turn: the previous tick's messages are on the queue by now.
     queued = rt.deliveries.depth()
     summary.queued_before = queued
-
-    def reclaim() -> list[db.Row]:  # one statement, atomic alone: no BEGIN and COMMIT trips
-        return db.fetch_all(conn, "lease_reclaim_expired", {
-            "now": now, "idempotent_channels": rt.idempotent_channels,
-            "max_empty_leases": limits.max_empty_leases,
-            "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget})
-
-    def reclaim_pending() -> list[db.Row]:  # leases no consumer took: due again as they were
-        return db.fetch_all(conn, "pending_leases_reclaim", {
-            "now": now, "lease_seconds": limits.lease_seconds,
-            "limit": limits.inflight_budget})
-
-    for row in [*db.retrying(reclaim), *db.retrying(reclaim_pending)]:
-        summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
-        summary.poisoned += row["state"] == "dead" and not row["tried"]
+    opening = _open(rt, conn, now, summary)
     from reminders.recurrence import expansion_deadline
 
     started = time.monotonic()
     # Their share of the tick, checked between series and inside each rule's expansion (a rule
     # that never matches kept dateutil searching for 0.1-0.3 s, past any deadline between them).
     before = started + max(0.0, deadline - started) * BEFORE_DRAIN_SHARE
-    park_unreadable(conn, now, summary, limits.inflight_budget)
     with expansion_deadline(before):
-        if time.monotonic() < before:
-            advance_series(rt, conn, now, summary, before)
-        if time.monotonic() < before:
+        if opening.to_advance and time.monotonic() < before:
+            advance_series(rt, conn, now, summary, before, rows=opening.to_advance)
+        if opening.first_pending and time.monotonic() < before:
             materialise_first(rt, conn, now, summary, before)
-
-    drain(rt, conn, summary, queued, deadline, patience)
+    # New due work from either step: the tenants are counted again before the first pass.
+    wrote = summary.advanced or summary.advance_failed or summary.first_materialised
+    drain(rt, conn, summary, queued, deadline, patience,
+          counted=_Counted(opening.live, None if wrote else opening.tenants, now))
     ends = max(time.monotonic(), deadline) + HOUSEKEEPING_SECONDS
     # Retention only with drain time left over, and never with REMINDERS_RETENTION_BATCH=0.
     if limits.retention_batch and time.monotonic() < deadline:
-        purged = _bounded(conn, ends, lambda: db.fetch_one(conn, "retention_purge", {
+        purged = _bounded(conn, ends, db.Step("retention_purge", {
             "now": now, "limit": limits.retention_batch}))
-        summary.purged = int((purged or {}).get("deliveries") or 0)
-    if time.monotonic() < ends:  # its statements wait on no one (autocommit, SKIP LOCKED)
-        fold_counts(conn)
+        summary.purged = int(((purged or [{}])[0]).get("deliveries") or 0)
     # Lateness as it stands when the tick ends (a drain may have taken most of a minute); the
     # alarms read it, so it is measured even when the other steps took the time (within a
     # second more at most). Not measured (None, and no metric), it is never reported as 0.
-    overdue = _bounded(conn, ends, lambda: db.fetch_one(conn, "oldest_overdue", {
-        "now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP}), at_least=LATENESS_AT_LEAST_SECONDS)
-    if overdue is None:
+    # The counts' fold goes first (its statements wait on no one: SKIP LOCKED), and the turn
+    # ends after the lateness, all in one round trip.
+    closing = []
+    if time.monotonic() < ends:
+        closing = [db.Step("delivery_counts_fold", {"limit": COUNTS_FOLD_BATCH}),
+                   db.Step("delivery_counts_drop_zeros", {"limit": COUNTS_FOLD_BATCH})]
+    left = max(ends - time.monotonic(), LATENESS_AT_LEAST_SECONDS)
+    closing += [db.Step("oldest_overdue", {"now": rt.clock.now(), "cap": OVERDUE_COUNT_CAP},
+                        timeout=left),
+                db.Step("scanner_turn_end", {"holder": holder})]
+    try:
+        rows = db.each_alone(conn, closing)
+    except Conflict as exc:
+        if exc.retryable:
+            raise
+        logger.warning("scanner step stopped: the tick's time is spent",
+                       extra={"error": str(exc)})
         summary.oldest_overdue_seconds = summary.paused_overdue_seconds = None
         summary.held_overdue_seconds = None
-        return
+        return False
+    overdue = rows[-2][0]
     summary.oldest_overdue_seconds = round(float(overdue.get("seconds") or 0.0), 3)
     summary.paused_overdue_seconds = round(float(overdue.get("paused_seconds") or 0.0), 3)
     summary.overdue = int(overdue.get("overdue") or 0)
     summary.held_overdue_seconds = round(float(overdue.get("held_seconds") or 0.0), 3)
     summary.held_overdue = int(overdue.get("held") or 0)
+    return True
 
 
-def park_unreadable(conn: db.Connection, now: datetime, summary: TickSummary,
-                    limit: int) -> None:
-    """Fail, each alone with its reason, the due deliveries whose instant no component can
-    hold (written before the entry checks, or by hand): they would fail every pass that leased
-    them and every read that loaded them. Bounded by ``limit``; the rest go next tick."""
-    with db.transaction(conn):
-        parked = db.fetch_all(conn, "due_unreadable", {"now": now, "limit": limit})
-        if parked:
-            db.execute(conn, "events_add", {
-                "now": now, "actor": "scanner", "tenants": [r["tenant"] for r in parked],
-                "ids": [r["id"] for r in parked], "events": ["failed"] * len(parked),
-                "details": ["its due instant is outside the years 1-9999"] * len(parked)})
-    summary.unreadable = len(parked)
+@dataclass(frozen=True)
+class _Opening:
+    """What the tick's first round trip read: the series to advance, whether SQL-made
+    schedules wait for a first occurrence, the live leases and the tenants with due work."""
+
+    to_advance: list[db.Row]
+    first_pending: bool
+    live: int
+    tenants: int
 
 
-def _bounded(conn: db.Connection, ends: float, work: Callable[[], T], *,
-             at_least: float = 0.0) -> T | None:
-    """Run ``work`` in a transaction whose statements time out when the tick's time is up
-    (``ends``, ``time.monotonic``; no less than ``at_least`` seconds): None, logged, when it
-    did not fit. SET LOCAL: nothing outlives the transaction, so no proxy connection pins."""
-    left = max(ends - time.monotonic(), at_least)
+def _open(rt: Runtime, conn: db.Connection, now: datetime, summary: TickSummary) -> _Opening:
+    """The steps before the drain, in one round trip: reclaim expired leases and pending
+    leases no consumer took; fail alone the due deliveries whose instant no component can
+    hold (they would fail every pass that leased them and every read that loaded them);
+    read the series to advance, whether schedules wait for their first occurrence (their
+    own step reads and locks them), the live leases and the tenants with due work. Each is
+    bounded (the in-flight budget, the scan batch, one schedule); the rest go next tick."""
+    limits = rt.settings.limits
+    reclaimed, pending, unreadable, to_advance, first, live, tenants = db.each_alone(conn, [
+        db.Step("lease_reclaim_expired", {
+            "now": now, "idempotent_channels": rt.idempotent_channels,
+            "max_empty_leases": limits.max_empty_leases,
+            "lease_seconds": limits.lease_seconds, "limit": limits.inflight_budget}),
+        db.Step("pending_leases_reclaim", {  # leases no consumer took: due again as they were
+            "now": now, "lease_seconds": limits.lease_seconds,
+            "limit": limits.inflight_budget}),
+        db.Step("due_unreadable", {"now": now, "limit": limits.inflight_budget}),
+        # each row on its own terms: one spoiled parks alone
+        db.Step("series_to_advance", {"limit": limits.scan_batch}, every_instant=True),
+        db.Step("schedules_pending_first", {"limit": 1}, every_instant=True),
+        db.Step("live_leases"),
+        db.Step("tenants_with_due_work", {"now": now})])
+    for row in [*reclaimed, *pending]:
+        summary.reclaimed[row["state"]] = summary.reclaimed.get(row["state"], 0) + 1
+        summary.poisoned += row["state"] == "dead" and not row["tried"]
+    summary.unreadable = len(unreadable)
+    return _Opening(to_advance=to_advance, first_pending=bool(first),
+                    live=int(live[0]["n"] or 0), tenants=int(tenants[0]["n"] or 0))
+
+
+def _bounded(conn: db.Connection, ends: float, step: db.Step) -> list[db.Row] | None:
+    """``step`` in a transaction whose statement times out when the tick's time is up
+    (``ends``, ``time.monotonic``): None, logged, when it did not fit. SET LOCAL: nothing
+    outlives the transaction, so no proxy connection pins."""
+    left = ends - time.monotonic()
     if left <= 0.05:
         logger.warning("scanner step skipped: the tick's time is spent")
         return None
     try:
-        with db.transaction(conn):
-            db.execute(conn, "transaction_statement_timeout", {"value": f"{int(left * 1000)}ms"})
-            return work()
+        return db.each_alone(conn, [replace(step, timeout=left)])[0]
     except Conflict as exc:
         if exc.retryable:
             raise
@@ -242,8 +272,18 @@ def _bounded(conn: db.Connection, ends: float, work: Callable[[], T], *,
         return None
 
 
+@dataclass(frozen=True)
+class _Counted:
+    """What the tick counted before its drain: the live leases, the tenants with due work
+    (None: count them again) and the clock's reading then."""
+
+    live: int
+    tenants: int | None
+    at: datetime
+
+
 def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
-          deadline: float, patience: float = 0.0) -> None:
+          deadline: float, patience: float = 0.0, *, counted: _Counted) -> None:
     """Lease and publish, pass after pass, until nothing is due, the in-flight budget is full,
     or the tick's time is spent. Each pass is fair across tenants. The budget counts the larger
     of the queue's depth when the tick began (a paused consumer's messages stay counted) and
@@ -267,7 +307,8 @@ def drain(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
         waiting: tuple[list[LeaseMessage], datetime] | None = None
         why = "the tick stopped (an error or an interrupt) before it was handed over"
         try:
-            for leased, now in _passes(rt, conn, summary, queued, deadline, patience):
+            for leased, now in _passes(rt, conn, summary, queued, deadline, patience,
+                                        counted):
                 messages = [LeaseMessage(r["id"], r["lease_token"]) for r in leased]
                 waiting = messages, now
                 if in_flight is not None:
@@ -299,7 +340,8 @@ class _InFlight:
 
 
 def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
-            deadline: float, patience: float) -> Iterator[tuple[list[db.Row], datetime]]:
+            deadline: float, patience: float,
+            counted: _Counted) -> Iterator[tuple[list[db.Row], datetime]]:
     """Each pass's leased rows (in due order) and the clock's reading it leased at.
 
     The tick keeps the queue fed for its whole time: when the in-flight budget is full it
@@ -310,14 +352,14 @@ def _passes(rt: Runtime, conn: db.Connection, summary: TickSummary, queued: int,
     fall due ends it at its deadline, or when the clock did not move while it waited (a fixed
     clock). No patience (0): it never waits."""
     limits = rt.settings.limits
-    live = _live_leases(conn)
+    live = counted.live  # counted after this tick's reclaim, in its first round trip
     # Messages on the queue that carry no live lease (theirs expired and were reclaimed) are out
     # too, beside every live lease, until the consumers receive them: what the queue held
     # beyond the live leases when the tick began. Counted once: this tick makes no more of
     # them, and those it counts only leave (so it errs on the side of the budget).
     stale = max(0, queued - live)
-    tenants = 0  # tenants that may have due work: counted, then each pass says
-    counted_at: datetime | None = None
+    tenants = counted.tenants or 0  # tenants that may have due work: counted, then each pass says
+    counted_at: datetime | None = None if counted.tenants is None else counted.at
     last_out = time.monotonic()  # when a pass last leased anything
 
     # Waits end early enough for the steps after the drain to end by the deadline too, so a
@@ -429,23 +471,14 @@ def _live_leases(conn: db.Connection) -> int:
     return int((db.fetch_one(conn, "live_leases") or {}).get("n") or 0)
 
 
-def fold_counts(conn: db.Connection) -> int:
-    """Fold the counter rows backends wrote into one row per group, each statement on its own
-    (the connection is in autocommit); every tick, even a busy one, so status reads stay
-    O(groups). Returns how many rows were folded."""
-    folded = db.fetch_one(conn, "delivery_counts_fold", {"limit": COUNTS_FOLD_BATCH}) or {}
-    db.execute(conn, "delivery_counts_drop_zeros", {"limit": COUNTS_FOLD_BATCH})
-    return int(folded.get("rows") or 0)
-
-
 def advance_series(rt: Runtime, conn: db.Connection, now: datetime,
-                   summary: TickSummary, deadline: float | None = None) -> None:
-    """Series whose delivery ended and whose next occurrence is not made yet (bounded in count,
-    and in time by ``deadline``, ``time.monotonic``)."""
+                   summary: TickSummary, deadline: float | None = None, *,
+                   rows: list[db.Row]) -> None:
+    """Series whose delivery ended and whose next occurrence is not made yet (``rows``, read
+    by series_to_advance: bounded in count; and in time by ``deadline``,
+    ``time.monotonic``)."""
     from reminders.series import advance_flagged
 
-    rows = db.fetch_all(conn, "series_to_advance", {"limit": rt.settings.limits.scan_batch},
-                        every_instant=True)  # each row on its own terms: one spoiled parks alone
     summary.advanced, summary.advance_failed = advance_flagged(
         conn, rows, now, actor="scanner", deadline=deadline, skip_held=True)
 

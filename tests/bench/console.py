@@ -185,6 +185,28 @@ def page_plans(conn: db.Connection) -> dict[str, dict[str, Any]]:
                                  {**parked, "tenant": "t7", "limit": 51}),
         "attention_state_dead": plan(conn, operator.attention_query(tenant=None, state="dead"),
                                      {**parked, "state": "dead", "limit": 51}),
+        "attention_kind": plan(conn, operator.attention_query(tenant=None, state=None,
+                                                              kind="trip"),
+                               {**parked, "kind": "trip", "limit": 51}),
+        "attention_tenant_kind": plan(conn, operator.attention_query(tenant="t7", state=None,
+                                                                     kind="trip"),
+                                      {**parked, "tenant": "t7", "kind": "trip", "limit": 51}),
+        "attention_state_kind": plan(conn, operator.attention_query(tenant=None, state="dead",
+                                                                    kind="trip"),
+                                     {**parked, "state": "dead", "kind": "trip", "limit": 51}),
+        "attention_recipient_no_match": plan(
+            conn, operator.attention_query(tenant=None, state=None, recipient="nobody"),
+            {**parked, "recipient": "nobody", "limit": 51}),
+        "attention_channel_no_match": plan(conn, "deliveries_parked_page",
+                                           {**parked, "channel": "sms", "limit": 51}),
+        "deliveries_recipient_no_match": plan(conn, "deliveries_filtered", {
+            **BROWSE_NONE, "recipient": "nobody", "limit": 51}),
+        "deliveries_tenant_recipient_no_match": plan(conn, "deliveries_filtered", {
+            **BROWSE_NONE, "tenant": "t7", "recipient": "nobody", "limit": 51}),
+        "deliveries_kind": plan(conn, "deliveries_filtered", {
+            **BROWSE_NONE, "kind": "trip", "limit": 51}),
+        "deliveries_channel_no_match": plan(conn, "deliveries_filtered", {
+            **BROWSE_NONE, "channel": "sms", "limit": 51}),
         "deliveries_first_page": plan(conn, "deliveries_filtered", {**BROWSE_NONE, "limit": 51}),
         "deliveries_first_page_201": plan(conn, "deliveries_filtered",
                                           {**BROWSE_NONE, "limit": 201}),
@@ -269,6 +291,8 @@ def bench_console(server: Cluster) -> dict[str, Any]:
             "attention_state_dead": "/attention?state=dead",
             "attention_after_2000": "/attention?" + urlencode({"after": cursor}),
             "attention_no_match": "/attention?recipient=nobody",
+            "attention_kind": "/attention?kind=trip",
+            "attention_tenant_kind": "/attention?tenant=t7&kind=trip",
             "delivery": "/delivery?" + urlencode({"tenant": dead["tenant"],
                                                   "key": dead["delivery_key"]}),
             "bulk_confirm_count": "/actions/bulk?tenant=t7&state=dead&as=retry&limit=100",

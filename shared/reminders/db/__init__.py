@@ -30,8 +30,8 @@ Params = Mapping[str, Any] | Sequence[Any] | None
 Connection = psycopg.Connection[Any]
 T = TypeVar("T")
 
-__all__ = ["Connection", "Row", "connect", "execute", "fetch_all", "fetch_one", "retrying",
-           "transaction"]
+__all__ = ["Connection", "Row", "Step", "connect", "each_alone", "execute", "fetch_all",
+           "fetch_one", "retrying", "transaction"]
 
 class _SecondPipelineError(logging.Filter):
     """psycopg logs "error ignored terminating <psycopg.Pipeline [BAD]>" when a pipeline
@@ -304,6 +304,85 @@ def pipeline(conn: Connection) -> Iterator[psycopg.Pipeline]:
             with contextlib.suppress(psycopg.Error):
                 conn.execute(query("pipeline_abandon").encode())
             raise
+
+
+@dataclass(frozen=True)
+class Step:
+    """A named statement for :func:`each_alone`: its parameters, its statement timeout
+    (seconds, for its transaction alone) and whether each row loads on its own terms."""
+
+    name: str
+    params: Params = None
+    timeout: float | None = None
+    every_instant: bool = False
+
+
+def each_alone(conn: Connection, steps: Sequence[Step]) -> list[list[Row]]:
+    """Each step's rows, as if each ran in a transaction of its own, one after the other,
+    each through :func:`retrying`: they go out together in a pipeline, each between its own
+    BEGIN and COMMIT, for one round trip where each would cost one (three with a timeout).
+    A step that fails ends the pipeline there (Postgres skips the rest up to the Sync), and
+    the steps before it stay committed. A deadlock or a serialization failure runs the steps
+    from the failed one on one at a time, as :func:`retrying` would have; any other error is
+    raised, the steps after it not run, as they would not have been alone. On a connection
+    already in a transaction, they run one at a time."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return [retrying(lambda step=step: _alone(conn, step))  # type: ignore[misc]
+                for step in steps]
+    cursors: list[psycopg.Cursor[Any]] = []
+    failure: Conflict | None = None
+    try:
+        with translate_errors(), conn.pipeline():
+            for step in steps:
+                _before(step.name)  # before its BEGIN: a hook that raises leaves none open
+                conn.execute(query("transaction_begin").encode())
+                if step.timeout is not None:
+                    conn.execute(query("transaction_statement_timeout"),
+                                 {"value": _milliseconds(step.timeout)})
+                cursor = conn.cursor()
+                if step.every_instant:
+                    _every_instant(cursor)
+                cursor.execute(query(step.name), step.params)
+                conn.execute(query("transaction_commit").encode())
+                cursors.append(cursor)
+    except Conflict as exc:
+        if not exc.retryable:
+            _rollback_failed(conn)
+            raise
+        failure = exc
+    except BaseException:
+        _rollback_failed(conn)
+        raise
+    done: list[list[Row]] = []
+    for cursor in cursors:
+        if cursor.pgresult is None:  # no result: this step failed, or never ran
+            break
+        done.append(list(cursor.fetchall()) if cursor.description else [])
+    if failure is not None:
+        _rollback_failed(conn)
+    for step in steps[len(done):]:
+        done.append(retrying(lambda step=step: _alone(conn, step)))  # type: ignore[misc]
+    return done
+
+
+def _rollback_failed(conn: Connection) -> None:
+    """End the transaction a failed step of :func:`each_alone` left open (Postgres skipped
+    its COMMIT), so the connection is idle again; nothing to do on a lost connection."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(query("transaction_rollback").encode())
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{max(1, int(seconds * 1000))}ms"
+
+
+def _alone(conn: Connection, step: Step) -> list[Row]:
+    if step.timeout is None:
+        return fetch_all(conn, step.name, step.params, every_instant=step.every_instant)
+    with transaction(conn):
+        execute(conn, "transaction_statement_timeout", {"value": _milliseconds(step.timeout)})
+        return fetch_all(conn, step.name, step.params, every_instant=step.every_instant)
 
 
 def sync(pipe: psycopg.Pipeline) -> None:

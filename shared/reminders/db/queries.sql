@@ -21,6 +21,17 @@ select current_setting('search_path') as search_path,
        (select setting::bigint from pg_settings where name = 'statement_timeout')
            as statement_timeout_ms;
 
+-- name: transaction_begin
+-- A transaction of its own for each statement db.each_alone pipelines.
+begin;
+
+-- name: transaction_commit
+commit;
+
+-- name: transaction_rollback
+-- What a pipeline of db.each_alone left open when one of its statements failed.
+rollback;
+
 -- name: transaction_statement_timeout
 -- For the rest of this transaction only (SET LOCAL: a pooler's connection is not pinned).
 select set_config('statement_timeout', %(value)s, true);
@@ -367,7 +378,8 @@ where t.tenant is not null
 -- name: due_unreadable
 -- CROSS-TENANT, bounded by the limit: due entries whose instant no component can hold (before
 -- year 1 or after 9999, 'infinity' included: psycopg, Python and JSON readers all refuse them),
--- written before the entry checks or by hand. Each such delivery fails alone, with the reason
+-- written before the entry checks or by hand. Each such delivery fails alone (its `failed`
+-- event written with it), with the reason
 -- (which keeps the instant as written; the row then holds the nearest one every reader loads),
 -- instead of failing every pass that leases it or every read that loads it. Two index ranges
 -- per tenant with due entries (each tenant's lowest and highest entries), nothing else read:
@@ -392,16 +404,21 @@ with recursive queued(tenant) as (  -- the tenants with due entries, one probe e
     select d.id from deliveries d where d.id = any(array(select id from bad))
       and d.state in ('scheduled', 'retrying')
     for update of d skip locked
-)
-update deliveries d set state = 'failed',
-    reason = 'its due instant cannot be read back: ' || d.due_at::text
-             || ' is outside the years 1-9999 (UTC) that every component holds',
-    -- kept in the reason; the row holds the nearest instant every reader can load
-    due_at = greatest(least(d.due_at, '9999-12-31 23:59:59.999999+00'::timestamptz),
-                      '0001-01-01 00:00:00+00'::timestamptz),
-    advance_series = false, updated_at = %(now)s
-where d.id = any(array(select id from parked))
-returning d.id, d.tenant;
+), failed as (
+    update deliveries d set state = 'failed',
+        reason = 'its due instant cannot be read back: ' || d.due_at::text
+                 || ' is outside the years 1-9999 (UTC) that every component holds',
+        -- kept in the reason; the row holds the nearest instant every reader can load
+        due_at = greatest(least(d.due_at, '9999-12-31 23:59:59.999999+00'::timestamptz),
+                          '0001-01-01 00:00:00+00'::timestamptz),
+        advance_series = false, updated_at = %(now)s
+    where d.id = any(array(select id from parked))
+    returning d.id, d.tenant
+)  -- each one's event in the same statement: one statement, atomic alone
+insert into delivery_events (tenant, delivery_id, at, actor, event, detail)
+select f.tenant, f.id, %(now)s, 'scanner', 'failed', 'its due instant is outside the years 1-9999'
+from failed f
+returning delivery_id as id, tenant;
 
 -- name: live_leases
 -- The in-flight budget's other half: live leases, pending (not taken by a consumer yet) and
@@ -1332,7 +1349,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
@@ -1507,7 +1524,7 @@ from deliveries d join schedules s on s.id = d.schedule_id
 where d.state in ('unknown', 'dead', 'failed', 'stale')
   and (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
   and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1531,7 +1548,7 @@ limit %(limit)s;
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'unknown' and (%(state)s::text is null or %(state)s::text = 'unknown')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1547,7 +1564,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'dead' and (%(state)s::text is null or %(state)s::text = 'dead')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1563,7 +1580,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'failed' and (%(state)s::text is null or %(state)s::text = 'failed')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1579,7 +1596,7 @@ union all
    from deliveries d join schedules s on s.id = d.schedule_id
    where d.state = 'stale' and (%(state)s::text is null or %(state)s::text = 'stale')
      and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-     and (%(kind)s::text is null or s.kind = %(kind)s)
+     and (%(kind)s::text is null or d.kind = %(kind)s)
      and (%(channel)s::text is null or d.channel = %(channel)s)
      and (%(recipient)s::text is null or d.recipient = %(recipient)s)
      and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
@@ -1696,7 +1713,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or s.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind = %(kind)s)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
