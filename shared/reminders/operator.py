@@ -640,21 +640,22 @@ def attention(conn: db.Connection, *, limit: int, state: str | None = None,
     if state is not None and state not in PARKED_STATES:
         raise InvalidInput(f"state must be one of {', '.join(PARKED_STATES)}, got {state!r}")
     return _page(conn, attention_query(tenant=tenant, state=state, kind=kind,
-                                       recipient=recipient), limit=limit, state=state,
+                                       recipient=recipient, channel=channel),
+                 limit=limit, state=state,
                  tenant=tenant, kind=kind, channel=channel, recipient=recipient,
                  due_from=due_from, due_to=due_to, after=after)
 
 
 def attention_query(*, tenant: str | None, state: str | None, kind: str | None = None,
-                    recipient: str | None = None) -> str:
+                    recipient: str | None = None, channel: str | None = None) -> str:
     """The statement a page of the worklist runs: with a tenant, a state, a kind or a
     recipient, a range per parked state merged in due order (O(page) however many rows the
     tenant, the state, the kind or the recipient has, and one probe each when none match);
     else the parked index from its start, already O(page), and cheaper for it (one lookup of
     each schedule for the page, where the four ranges look a schedule up once each: 92 buffers
-    against 228 for the first page at 1,000,000 rows). A channel or a due range alone is read
-    off the parked index from its start (or from due_from), filtered."""
-    if tenant is not None or state is not None or kind is not None or recipient is not None:
+    against 228 for the first page at 1,000,000 rows). The same for a channel (migration
+    0032). A due range alone is read off the parked index from due_from, filtered."""
+    if any(f is not None for f in (tenant, state, kind, recipient, channel)):
         return "deliveries_parked_page_by_state"
     return "deliveries_parked_page"
 

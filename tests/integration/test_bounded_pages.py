@@ -56,6 +56,8 @@ FILTERS: list[dict[str, str]] = [
     {"tenant": "t7", "kind": "trip"},
     {"state": "dead", "kind": "digest"},
     {"recipient": "r1"},
+    {"channel": "webhook"},
+    {"tenant": "t7", "channel": "webhook"},
 ]
 # No row matches: the page is empty, and reading it costs a probe of an index, not a walk.
 EMPTY: list[dict[str, str]] = [
@@ -63,6 +65,8 @@ EMPTY: list[dict[str, str]] = [
     {"tenant": "t7", "recipient": "nobody"},
     {"kind": "nokind"},
     {"tenant": "t7", "kind": "nokind"},
+    {"channel": "sms"},
+    {"state": "dead", "channel": "email"},
 ]
 # The Deliveries page (every state), by due time and by last change.
 BROWSE: list[dict[str, str]] = [
@@ -114,8 +118,10 @@ def _expected(h: Harness, filters: dict[str, str]) -> list[str]:
           and (%(kind)s::text is null
                or (select s.kind from schedules s where s.id = schedule_id) = %(kind)s)
           and (%(recipient)s::text is null or recipient = %(recipient)s)
+          and (%(channel)s::text is null or channel = %(channel)s)
         order by due_at, id limit %(limit)s""",
                           {"tenant": filters.get("tenant"), "state": filters.get("state"),
+                           "channel": filters.get("channel"),
                            "kind": filters.get("kind"), "recipient": filters.get("recipient"),
                            "limit": PAGE + 1}).fetchall()
     return [r["delivery_key"] for r in rows]
