@@ -6,6 +6,7 @@ state)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -84,9 +85,9 @@ def _fill(h: Harness, first: int, last: int) -> None:
     h.conn.execute("vacuum analyze")
 
 
-def _page_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
-                filters: dict[str, str]) -> tuple[list[str], dict[str, int]]:
-    """The first page's keys, and what the one statement behind it reads (run again under
+def _one_statement(h: Harness, monkeypatch: pytest.MonkeyPatch, page: Callable[..., Any],
+                   filters: dict[str, str]) -> tuple[Any, dict[str, int]]:
+    """A page's rows and "more", and what the one statement behind it reads (run again under
     EXPLAIN)."""
     seen: list[tuple[str, dict[str, Any]]] = []
     every = db.fetch_all
@@ -97,14 +98,21 @@ def _page_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
 
     with monkeypatch.context() as m:
         m.setattr(db, "fetch_all", fetch_all)
-        rows, more = operator.attention(h.conn, limit=PAGE, **filters)  # type: ignore[arg-type]
+        got = page(h.conn, limit=PAGE, **filters)
+    assert len(seen) == 1, seen
+    name, params = seen[0]
+    return got, statement_reads(h.conn, name, params)
+
+
+def _page_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
+                filters: dict[str, str]) -> tuple[list[str], dict[str, int]]:
+    """The first Attention page's keys, and what its one statement reads."""
+    (rows, more), reads = _one_statement(h, monkeypatch, operator.attention, filters)
     keys = [r["delivery_key"] for r in rows]
     expected = _expected(h, filters)
     assert (keys, more) == (expected[:PAGE], len(expected) > PAGE), filters
     assert bool(keys) == (filters not in EMPTY), filters
-    assert len(seen) == 1, seen
-    name, params = seen[0]
-    return keys, statement_reads(h.conn, name, params)
+    return keys, reads
 
 
 def _expected(h: Harness, filters: dict[str, str]) -> list[str]:
@@ -149,20 +157,9 @@ def test_the_attention_page_of_a_tenant_or_a_state_reads_a_page_not_every_row_of
 def _browse_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
                   filters: dict[str, str]) -> dict[str, int]:
     """What the Deliveries page's one statement reads for a filter no row matches."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-    every = db.fetch_all
-
-    def fetch_all(conn: db.Connection, name: str, params: Any = None, **kw: Any) -> Any:
-        seen.append((name, params or {}))
-        return every(conn, name, params, **kw)
-
-    with monkeypatch.context() as m:
-        m.setattr(db, "fetch_all", fetch_all)
-        rows, more = operator.deliveries(h.conn, limit=PAGE, **filters)  # type: ignore[arg-type]
+    (rows, more), reads = _one_statement(h, monkeypatch, operator.deliveries, filters)
     assert (rows, more) == ([], False), filters
-    assert len(seen) == 1, seen
-    name, params = seen[0]
-    return statement_reads(h.conn, name, params)
+    return reads
 
 
 def test_the_deliveries_page_of_a_recipient_nobody_has_is_a_probe_not_a_walk(
