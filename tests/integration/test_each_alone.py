@@ -91,3 +91,33 @@ def test_a_tick_costs_a_round_trip_a_pass_and_five_more(harness: Harness) -> Non
     trips = count_round_trips(conn, lambda: idle.append(scanner.tick(h.rt, refill=False)))
     assert idle[0].leased == 0 and idle[0].passes == 0
     assert trips == 5
+
+
+def test_a_step_postgres_aborts_for_a_conflict_runs_again_alone_and_so_do_the_rest(
+        conn: db.Connection) -> None:
+    """The second step's insert fires a trigger that aborts its transaction once with a
+    serialization failure (SQLSTATE 40001, as Postgres aborts a transaction for a conflict):
+    the first step stays committed and is not run again; the second runs again alone and
+    commits; the ones after it run alone; every step's rows come back in order."""
+    second = _proof(2).params
+    assert isinstance(second, dict)
+    conn.execute("create sequence conflict_once")  # a sequence: not rolled back with the abort
+    conn.execute(f"""
+        create function conflict_once() returns trigger language plpgsql as $$
+        begin
+            if new.digest = '{second['digest']}' then
+                if nextval('conflict_once') = 1 then
+                    raise exception 'conflict, once' using errcode = '40001';
+                end if;
+            end if;
+            return new;
+        end $$""")
+    conn.execute("create trigger conflict_once before insert on identity_proofs "
+                 "for each row execute function conflict_once()")
+    got = db.each_alone(conn, [_proof(1), _proof(2), _proof(3), db.Step("live_leases")])
+    assert [len(rows) for rows in got[:3]] == [1, 1, 1]
+    assert got[3] == [{"n": 0}]
+    assert conn.info.transaction_status.name == "IDLE"
+    assert _proofs(conn) == 3  # each once: the first was not claimed again
+    fired = conn.execute("select last_value from conflict_once").fetchone()
+    assert fired is not None and fired["last_value"] == 2  # aborted once, then committed alone
