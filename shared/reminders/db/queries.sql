@@ -1342,7 +1342,10 @@ order by tenant, recipient, channel limit %(limit)s;
 
 -- name: deliveries_filtered
 -- CROSS-TENANT unless a tenant is given. Every filter optional; ordered by due time, then id,
--- so a page continues after (due_at, id) of the last row of the previous one.
+-- so a page continues after (due_at, id) of the last row of the previous one. A kind or a
+-- channel no delivery has (in the tenant and the state given) reads the kept counts and
+-- nothing else: the guard is a constant condition, checked once before any row is read
+-- (without it the page walked the due index to its end, filtering every row).
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
        d.lease_expires_at, d.created_at, d.updated_at, s.kind
@@ -1355,6 +1358,12 @@ where (%(state)s::text is null or d.state = %(state)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
   and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
   and (%(due_to)s::timestamptz is null or d.due_at < %(due_to)s)
+  and (%(kind)s::text is null and %(channel)s::text is null
+       or (select coalesce(sum(c.n), 0) from delivery_counts c  -- the kept counts: O(groups)
+           where (%(tenant)s::text is null or c.tenant = %(tenant)s)
+             and (%(kind)s::text is null or c.kind = %(kind)s)
+             and (%(channel)s::text is null or c.channel = %(channel)s)
+             and (%(state)s::text is null or c.state = %(state)s)) > 0)
   and (%(after_due)s::timestamptz is null or (d.due_at, d.id) > (%(after_due)s, %(after_id)s))
 order by d.due_at, d.id
 limit %(limit)s;
@@ -1706,7 +1715,8 @@ limit %(limit)s;
 
 -- name: deliveries_filtered_by_updated
 -- CROSS-TENANT unless a tenant is given: as deliveries_filtered, newest change first, so a
--- page continues before (updated_at, id) of the last row of the previous one.
+-- page continues before (updated_at, id) of the last row of the previous one. As there, a
+-- kind or a channel nobody has reads the kept counts only.
 select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d.destination,
        d.occurrence_at, d.due_at, d.revision, d.state, d.reason, d.attempts_made, d.redrives,
        d.lease_expires_at, d.created_at, d.updated_at, s.kind
@@ -1719,6 +1729,12 @@ where (%(state)s::text is null or d.state = %(state)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
   and (%(due_from)s::timestamptz is null or d.due_at >= %(due_from)s)
   and (%(due_to)s::timestamptz is null or d.due_at < %(due_to)s)
+  and (%(kind)s::text is null and %(channel)s::text is null
+       or (select coalesce(sum(c.n), 0) from delivery_counts c  -- the kept counts: O(groups)
+           where (%(tenant)s::text is null or c.tenant = %(tenant)s)
+             and (%(kind)s::text is null or c.kind = %(kind)s)
+             and (%(channel)s::text is null or c.channel = %(channel)s)
+             and (%(state)s::text is null or c.state = %(state)s)) > 0)
   and (%(after_due)s::timestamptz is null
        or (d.updated_at, d.id) < (%(after_due)s, %(after_id)s))
 order by d.updated_at desc, d.id desc
