@@ -225,6 +225,52 @@ def test_a_paced_channel_shows_with_its_waits_and_throttles_in_place(
     assert got.code == 0, got.err
 
 
+def test_a_provider_throttle_shows_in_the_throttle_column_in_place(
+        live: Live, page: Any) -> None:
+    # A paced endpoint whose receiver answers 429 once: the overview's row for it shows the
+    # throttle counted, its instant, and the rate in force halved, as `status --json` has them.
+    url = live.receiver.hook_url("throttled-once", codes=[429, 200])
+    key = f"webhook {url}"
+    now = live.clock.now()
+    assert live.rt.secret_box is not None
+    with db.transaction(live.conn):
+        endpoints.register(live.conn, live.rt.secret_box, tenant=None, url=url,
+                           secret=live.receiver.secret, now=now)
+    got = live.cli("endpoints", "set", url, "--rate", "10/s", "--reason", "partner's limit",
+                   now=live.now)
+    assert got.code == 0, got.err
+    try:
+        page.goto(live.url + "/")
+        selector = f'tr[id="pacing-{key.replace(" ", "-")}"]'  # the key has spaces, a URL
+        row = page.locator(selector)
+        assert row.locator(".pacing-throttles").inner_text().strip() == "none"
+        assert row.locator(".pacing-in-force").inner_text().strip() == "10/s"
+        page.evaluate("window.notReloaded = true")
+        with db.transaction(live.conn):
+            schedules.schedule(live.conn, tenant="acme", key="throttled-once", channel="webhook",
+                               to=url, recipients=["zed"], at=now, now=now)
+        pipeline.run(live.rt, max_seconds=30)
+        stats = live.receiver.stats()
+        assert stats["by_endpoint"]["throttled-once"] == 1  # the one send, answered 429
+        (shown,) = [p for p in live.cli("status", "--json", now=live.now).json()["pacing"]
+                    if p["key"] == key]
+        assert shown["throttles_last_hour"] == 1, shown
+        assert shown["rate_in_force_per_second"] == 5, shown
+        page.wait_for_function(
+            "([s, t]) => { const e = document.querySelector(s);"
+            " return e !== null && e.textContent.trim().startsWith(t); }",
+            arg=[f"{selector} .pacing-throttles", "1 "],
+            timeout=20_000)
+        cell = row.locator(".pacing-throttles").inner_text().strip()
+        assert re.fullmatch(r"1 the last .+", cell), cell
+        assert row.locator(".pacing-in-force").inner_text().strip() == "5/s"
+        assert "bad" in (row.get_attribute("class") or "").split()  # throttled: marked
+        assert page.evaluate("window.notReloaded") is True
+    finally:
+        got = live.cli("endpoints", "set", url, "--rate", "off", now=live.now)
+        assert got.code == 0, got.err
+
+
 NEVER = {
     "None": re.compile(r"\bNone\b"),
     "{}": re.compile(r"\{\s*\}"),
