@@ -52,6 +52,7 @@ from tests.bench.console import bench_console
 from tests.bench.cost import bench_cost
 from tests.bench.counts import bench_counts_trigger, bench_trigger_search_path
 from tests.bench.drain import bench_drains
+from tests.bench.index_writes import bench_console_indexes
 from tests.bench.pacing import bench_pacing
 from tests.bench.publishing import bench_publisher_fan_out
 from tests.bench.schedule_call import bench_schedule_call
@@ -906,6 +907,7 @@ def main() -> int:
             figure("cost", lambda: bench_cost(server))
             figure("console", lambda: bench_console(server))
             figure("counts_trigger", lambda: bench_counts_trigger(server))
+            figure("console_indexes", lambda: bench_console_indexes(server))
             figure("trigger_search_path", lambda: bench_trigger_search_path(server))
             figure("bounds", lambda: bench_bounds(server))
             figure("pacing", lambda: bench_pacing(server))
