@@ -1,6 +1,7 @@
 """What the console's indexes on ``deliveries`` cost the writes that make and deliver reminders:
-the five full indexes that let its Deliveries page read a page in every filter and order
-(migration 0025's four by due and by last change, alone and per tenant; 0030's by recipient)
+the seven full indexes that let its Deliveries page read a page in every filter and order
+(migration 0025's four by due and by last change, alone and per tenant; 0030's by recipient;
+0033's by kind and by channel)
 and the partial ones of parked rows (0029, 0030, 0032: written only when a row is parked).
 
 Two databases built alike, one with those indexes and one without, written in alternation
@@ -29,7 +30,8 @@ LEASE_BATCH = 100
 CONSUMER_BATCH = 10
 CONSOLE_INDEXES = (
     "deliveries_browse_due", "deliveries_browse_updated", "deliveries_browse_tenant_due",
-    "deliveries_browse_tenant_updated", "deliveries_browse_recipient_due",  # full
+    "deliveries_browse_tenant_updated", "deliveries_browse_recipient_due",
+    "deliveries_browse_kind_due", "deliveries_browse_channel_due",  # full
     "deliveries_parked_tenant_state", "deliveries_parked_state",  # parked rows only
     "deliveries_parked_kind_state", "deliveries_parked_tenant_kind_state",
     "deliveries_parked_recipient_state", "deliveries_parked_channel_state",

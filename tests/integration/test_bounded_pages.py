@@ -198,3 +198,61 @@ def test_the_deliveries_page_of_a_recipient_nobody_has_is_a_probe_not_a_walk(
         after = _browse_reads(h, monkeypatch, f)
         assert within(small[str(f)]["buffers"], after["buffers"]), (f, small[str(f)], after)
         assert after["rows_read"] <= 10 + groups * ("kind" in f or "channel" in f), (f, after)
+
+
+# A kind and a channel only a handful of deliveries have: five rows of the kind `rare`, sent by
+# SMS, scattered over the fill's due times, made with the small case only.
+FEW = """
+insert into kinds (name) values ('rare') on conflict do nothing;
+insert into schedules (tenant, schedule_key, kind, channel, destination, at, request_hash,
+                       created_at, updated_at)
+select 't' || g, 'few-' || g, 'rare', 'sms', '+15550100' || g, %(now)s - g * interval '5 days',
+       'few', %(now)s - interval '32 days', %(now)s - interval '32 days'
+from generate_series(1, 5) g;
+insert into deliveries (tenant, schedule_id, generation, recipient, channel, destination,
+                        delivery_key, occurrence_at, revision, due_at, state, reason,
+                        attempts_made, created_at, updated_at)
+select s.tenant, s.id, 0, 'few', 'sms', s.destination, 'few:' || s.id, s.at, '1', s.at, 'sent',
+       null, 1, s.at - interval '1 day', s.at + interval '5 minutes'
+from schedules s where s.schedule_key like 'few-%%'"""
+FEW_FILTERS: list[dict[str, Any]] = [
+    {"kind": "rare"},
+    {"channel": "sms"},
+    {"kind": "rare", "sort": "updated"},
+    {"channel": "sms", "sort": "updated"},
+    {"tenant": "t3", "kind": "rare"},
+]
+
+
+def _few_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
+               filters: dict[str, Any]) -> dict[str, int]:
+    """What the Deliveries page's one statement reads for a filter only the few rows match; the
+    page holds exactly those (tenant t3's one, or all five, newest due last)."""
+    (rows, more), reads = _one_statement(h, monkeypatch, operator.deliveries, filters)
+    keys = [r["delivery_key"] for r in rows]
+    assert not more and all(k.startswith("few:") for k in keys), (filters, keys)
+    assert len(keys) == (1 if "tenant" in filters else 5), (filters, keys)
+    return reads
+
+
+def test_the_deliveries_page_of_a_kind_or_a_channel_few_rows_have_reads_those_rows(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind or a channel a handful of deliveries have walked the due index (or the last-change
+    one) filtered until the page filled, which it never did: every delivery was read to find
+    five. Now each reads its own range of an index by kind or by channel, however many rows
+    of other kinds and channels the table holds."""
+    h = harness
+    _fill(h, 1, SMALL)
+    with untimed(h.conn):
+        for statement in FEW.split(";\n"):
+            h.conn.execute(statement, {"now": h.clock.now()})
+    h.conn.execute("analyze")
+    small = {str(f): _few_reads(h, monkeypatch, f) for f in FEW_FILTERS}
+    _fill(h, SMALL + 1, LARGE)
+    row = h.conn.execute("select count(*) as n from delivery_counts").fetchone()
+    groups = int((row or {})["n"])  # the kept counts' guard reads each group once
+    for f in FEW_FILTERS:
+        after = _few_reads(h, monkeypatch, f)
+        assert within(small[str(f)]["buffers"], after["buffers"]), (f, small[str(f)], after)
+        # the five rows and their schedules, the index entries that find them, and the guard
+        assert after["rows_read"] <= 30 + groups, (f, after)
