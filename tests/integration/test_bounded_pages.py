@@ -227,7 +227,7 @@ FEW_FILTERS: list[dict[str, Any]] = [
 def _few_reads(h: Harness, monkeypatch: pytest.MonkeyPatch,
                filters: dict[str, Any]) -> dict[str, int]:
     """What the Deliveries page's one statement reads for a filter only the few rows match; the
-    page holds exactly those (tenant t3's one, or all five, newest due last)."""
+    page holds exactly those (tenant t3's one, or all five)."""
     (rows, more), reads = _one_statement(h, monkeypatch, operator.deliveries, filters)
     keys = [r["delivery_key"] for r in rows]
     assert not more and all(k.startswith("few:") for k in keys), (filters, keys)
