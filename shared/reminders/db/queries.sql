@@ -1352,7 +1352,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or d.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind || '' = %(kind)s)  -- the kind's browse index (0033)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
@@ -1723,7 +1723,7 @@ select d.id, d.tenant, s.schedule_key, d.delivery_key, d.recipient, d.channel, d
 from deliveries d join schedules s on s.id = d.schedule_id
 where (%(state)s::text is null or d.state = %(state)s)
   and (%(tenant)s::text is null or d.tenant = %(tenant)s)
-  and (%(kind)s::text is null or d.kind = %(kind)s)
+  and (%(kind)s::text is null or d.kind || '' = %(kind)s)  -- the kind's browse index (0033)
   and (%(schedule)s::text is null or s.schedule_key = %(schedule)s)
   and (%(channel)s::text is null or d.channel = %(channel)s)
   and (%(recipient)s::text is null or d.recipient = %(recipient)s)
