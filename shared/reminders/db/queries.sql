@@ -541,17 +541,20 @@ returning d.id;
 -- with their attempts and events (a delivery whose series has not advanced yet stays), and the
 -- day's totals say how many. Each kind's own range of the terminal-age index (which leads with
 -- the kind, migration 0020), oldest first: rows a kind keeps are never read, whatever other
--- kinds keep. O(kinds + rows purged). The kind's range is written as two row comparisons on
--- (kind, updated_at), and ordered by (kind, updated_at, id): only an index that leads with the
--- kind serves either, never one by updated_at alone (deliveries_browse_updated, migration
--- 0025), which the planner took at a million rows and read every row of the other kinds with.
+-- kinds keep. O(kinds + rows purged). The kind's range is an equality on the kind and a bound
+-- on the last change as UTC wall time, the expression the terminal-age index holds (migration
+-- 0034): both are index conditions that end the range (Postgres 17 does not end one on a row
+-- comparison's later column), and no other index holds the expression, so none by updated_at
+-- alone (deliveries_browse_updated, migration 0025) can serve it; the planner took that one
+-- at a million rows and read every terminal row older than the shortest retention.
 with old as (
     select o.id from kinds k cross join lateral (
         select d.id from deliveries d
-        where d.kind = k.name and d.updated_at < %(now)s - k.retention
+        where d.kind = k.name
+          and (d.updated_at at time zone 'UTC') < ((%(now)s - k.retention) at time zone 'UTC')
           and d.state in ('sent', 'failed', 'suppressed', 'stale', 'unknown', 'dead')
           and not d.advance_series
-        order by d.kind, d.updated_at, d.id
+        order by d.kind, (d.updated_at at time zone 'UTC'), d.id
         limit %(limit)s
         for update of d skip locked) o
     limit %(limit)s

@@ -145,4 +145,4 @@ def pg_ctl(args: list[str], *, pgdata: Path, user: str | None) -> str:
 
 
 if __name__ == "__main__":  # `python -m reminders.local.postgres_binaries`: unpack, say where
-    print(bin_dir())
+    print(f"Postgres {VERSION} (the deployed engine's version): {bin_dir()}")
