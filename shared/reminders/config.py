@@ -56,6 +56,7 @@ KNOWN_VARIABLES: dict[str, str] = {
     "REMINDERS_FORCE_TTY": "shared/reminders/cli_format.py",
     "REMINDERS_COMPLETE_SECONDS": "shared/reminders/cli/meta.py",
     "REMINDERS_HOME": "shared/reminders/local/stack.py",
+    "REMINDERS_POSTGRES_BIN": "shared/reminders/local/postgres_binaries.py",
     "REMINDERS_DEMO_LOGS": "shared/reminders/local/demo.py",
     "REMINDERS_DRILL_LOGS": "shared/reminders/local/drills.py",
     "REMINDERS_LOCAL_FUNCTIONS": "shared/reminders/local/twin/on_stack.py",
