@@ -74,6 +74,7 @@ from tests.bench.support import (
     settle_leased,
     sqs_event,
     timed,
+    untimed,
 )
 from tests.bench.twin_cold_start import bench_cold_start_twin
 from tests.round_trips import count_round_trips
@@ -369,6 +370,112 @@ def bench_lease_vs_pgqueuer(server: Cluster) -> Figures:
             warm.close()
             queue.close()
     figures["lowest"] = min(v for k, v in figures.items() if k.endswith("_tick_over_pgqueuer"))
+    return figures
+
+
+# A sketch, not the service's lease: the same pick as ``lease_due`` (its fairness and bounds),
+# but the due entries are deleted and the pass's leases recorded in one row (its token, expiry
+# and ids), instead of a token and an expiry written on each entry. Two WAL records a leased row
+# (a lock and a delete) where the lease writes five (a lock, a new version and its entries in
+# the primary key and the expiry index). Only a measure of what such a lease would gain: the
+# consumer's take, the reclaim, the release, the in-flight count and the triggers know nothing
+# of it (docs/BENCHMARKS.md, "What missed its goal").
+PASS_LEASES = """
+create table pass_leases (token uuid primary key, expires_at timestamptz not null,
+                          ids bigint[] not null);
+create index pass_leases_expiry on pass_leases (expires_at)"""
+PASS_LEASE_TAIL = """
+, taken as (
+    delete from due_queue q where q.id = any(array(select id from due))
+    returning q.id, q.due_at
+), pass as (
+    insert into pass_leases (token, expires_at, ids)
+    select gen_random_uuid(), %(now)s + make_interval(secs => %(lease_seconds)s), array_agg(id)
+    from taken
+    returning token
+)
+select t.id, p.token as lease_token, t.due_at, (select n from left_over) as tenants_left
+from taken t cross join pass p"""
+
+
+def pass_lease_sketch() -> str:
+    """``lease_due`` up to its final update, then :data:`PASS_LEASE_TAIL`."""
+    pick, _ = query("lease_due").split("\nupdate due_queue q set token")
+    return pick + PASS_LEASE_TAIL
+
+
+def _sketch_cell(lease: WarmScanner, sketch: WarmScanner, queue: pgq.PgQueuer, batch: int,
+                 passes: int) -> dict[str, float]:
+    """One cell of :func:`bench_pass_lease_sketch`: the median seconds of each contender."""
+    params = {"now": NOW, "batch": batch, "share": batch, "lease_seconds": 300}
+    sketch_sql = pass_lease_sketch()
+
+    def statements(warm: WarmScanner, sql: str) -> tuple[int, float]:
+        start = time.perf_counter()
+        leased = sum(len(warm.conn.execute(sql, params).fetchall()) for _ in range(passes))
+        return leased, time.perf_counter() - start
+
+    def the_lease() -> tuple[int, float]:
+        leased, took = statements(lease, query("lease_due"))
+        lease.refill(leased)
+        return leased, took
+
+    def the_sketch() -> tuple[int, float]:
+        leased, took = statements(sketch, sketch_sql)
+        with untimed(sketch.conn):  # what consumers would do: every pass's leases end sent
+            sketch.conn.execute("update deliveries set state = 'sent', reason = 'bench'"
+                                " where id = any(array(select unnest(ids) from pass_leases))")
+            sketch.conn.execute("delete from pass_leases")
+        sketch.refill(leased)
+        return leased, took
+
+    def pgqueuer() -> tuple[int, float]:
+        start = time.perf_counter()
+        taken = sum(queue.dequeue(batch) for _ in range(passes))
+        return taken, time.perf_counter() - start
+
+    work: dict[str, Callable[[], tuple[int, float]]] = {
+        "lease_due": the_lease, "sketch": the_sketch, "pgqueuer": pgqueuer}
+    spent: dict[str, list[float]] = {name: [] for name in work}
+    names = list(work)
+    for i in range(8):
+        for name in names[i % 3:] + names[:i % 3]:
+            done, took = work[name]()
+            assert done == batch * passes, (name, done)
+            if i:  # round 0 warms up
+                spent[name].append(took)
+    return {name: statistics.median(times) for name, times in spent.items()}
+
+
+def bench_pass_lease_sketch(server: Cluster) -> Figures:
+    """The lease statements of a tick (20 of 100, and 10 of 1,000) on the random backlog of
+    ``lease_vs_pgqueuer``: ``lease_due`` on one copy, the pass-lease sketch on another, and as
+    many PgQueuer dequeues, in an order that turns each round, eight rounds, the first a
+    warm-up. Between rounds (untimed) each copy's leases end ``sent`` and its backlog is topped
+    up. Ratios of medians, and the milliseconds."""
+    reason = pgq.missing()
+    if reason is not None:
+        return {"skipped": reason}
+    name = "bench_sketch_pgq"
+    db.create_database(server.direct, name)
+    queue = pgq.PgQueuer(server.url(name))
+    queue.fill(200_000, spread=RANDOM_SPREAD)
+    lease = WarmScanner(server, "bench_sketch_lease", 100_000, 2000, spread=RANDOM_SPREAD)
+    sketch = WarmScanner(server, "bench_sketch_pass", 100_000, 2000, spread=RANDOM_SPREAD)
+    figures: Figures = {"shape": "random", "due_backlog": 100_000, "jobs_queued": 200_000}
+    try:
+        db.execute_script(sketch.conn, PASS_LEASES)
+        for batch, passes in ((100, 20), (1000, 10)):
+            median = _sketch_cell(lease, sketch, queue, batch, passes)
+            cell = f"batch_{batch}"
+            figures[f"{cell}_lease_due_over_pgqueuer"] = median["pgqueuer"] / median["lease_due"]
+            figures[f"{cell}_sketch_over_pgqueuer"] = median["pgqueuer"] / median["sketch"]
+            for name, seconds in median.items():
+                figures[f"{cell}_{name}_ms"] = 1000 * seconds
+    finally:
+        lease.close()
+        sketch.close()
+        queue.close()
     return figures
 
 
@@ -921,6 +1028,7 @@ def main() -> int:
             if pgqueuer is not None:
                 pgqueuer.close()
             figure("lease_vs_pgqueuer", lambda: bench_lease_vs_pgqueuer(server))
+            figure("pass_lease_sketch", lambda: bench_pass_lease_sketch(server))
             figure("index_reads", lambda: bench_index_reads(server))
             figure("consumer", lambda: bench_consumer(server))
             figure("consumer_webhooks", lambda: bench_consumer_webhooks(server))
