@@ -343,8 +343,8 @@ def bench_lease_vs_pgqueuer(server: Cluster) -> Figures:
     against 200,000 queued jobs whose ``execute_after`` is spread the same way. PgQueuer takes
     its jobs by priority and id whatever their times; the scanner takes the oldest due first,
     fairly across tenants. Each cell also says what the tick's lease statements alone do
-    against the same dequeues (``*_lease_statements_alone_over_pgqueuer``): the ceiling of
-    the tick's ratio were every other step of it free), and the three medians in milliseconds
+    against the same dequeues (``*_lease_statements_alone_over_pgqueuer``, the ceiling of
+    the tick's ratio were every other step of it free) and the three medians in milliseconds
     (``*_tick_ms``, ``*_leases_ms``, ``*_pgqueuer_ms``: 20 or 10 statements each)."""
     reason = pgq.missing()
     if reason is not None:
@@ -375,11 +375,11 @@ def bench_lease_vs_pgqueuer(server: Cluster) -> Figures:
 
 # A sketch, not the service's lease: the same pick as ``lease_due`` (its fairness and bounds),
 # but the due entries are deleted and the pass's leases recorded in one row (its token, expiry
-# and ids), instead of a token and an expiry written on each entry. Two WAL records a leased row
-# (a lock and a delete) where the lease writes five (a lock, a new version and its entries in
-# the primary key and the expiry index). Only a measure of what such a lease would gain: the
-# consumer's take, the reclaim, the release, the in-flight count and the triggers know nothing
-# of it (docs/BENCHMARKS.md, "What missed its goal").
+# and ids), instead of a token and an expiry written on each entry. About two WAL records a
+# leased row (a lock and a delete) where the lease writes about five (a lock, a new version,
+# its entries in the primary key and the expiry index). Only a measure of what such a lease
+# would gain: the consumer's take, the reclaim, the release, the in-flight count and the
+# triggers know nothing of it (docs/BENCHMARKS.md, "What missed its goal").
 PASS_LEASES = """
 create table pass_leases (token uuid primary key, expires_at timestamptz not null,
                           ids bigint[] not null);
