@@ -373,13 +373,13 @@ def bench_lease_vs_pgqueuer(server: Cluster) -> Figures:
     return figures
 
 
-# A sketch, not the service's lease: the same pick as ``lease_due`` (its fairness and bounds),
-# but the due entries are deleted and the pass's leases recorded in one row (its token, expiry
-# and ids), instead of a token and an expiry written on each entry. About two WAL records a
-# leased row (a lock and a delete) where the lease writes about five (a lock, a new version,
-# its entries in the primary key and the expiry index). Only a measure of what such a lease
-# would gain: the consumer's take, the reclaim, the release, the in-flight count and the
-# triggers know nothing of it (docs/BENCHMARKS.md, "What missed its goal").
+# A sketch (in ``lease_variants``), not the service's lease: the same pick as ``lease_due``
+# (its fairness and bounds), but the due entries are deleted and the pass's leases recorded in
+# one row (its token, expiry and ids), instead of a token and an expiry written on each entry.
+# About two WAL records a leased row (a lock and a delete) where the lease writes about five (a
+# lock, a new version, its entries in the primary key and the expiry index). Only a measure of
+# what such a lease would gain: the consumer's take, the reclaim, the release, the in-flight
+# count and the triggers know nothing of it (docs/BENCHMARKS.md, "What missed its goal").
 PASS_LEASES = """
 create table pass_leases (token uuid primary key, expires_at timestamptz not null,
                           ids bigint[] not null);
@@ -404,9 +404,18 @@ def pass_lease_sketch() -> str:
     return pick + PASS_LEASE_TAIL
 
 
-def _sketch_cell(lease: WarmScanner, sketch: WarmScanner, queue: pgq.PgQueuer, batch: int,
-                 passes: int) -> dict[str, float]:
-    """One cell of :func:`bench_pass_lease_sketch`: the median seconds of each contender."""
+# The due set of a copy rewritten in due order (the order a pass takes it in), as CLUSTER
+# would leave it; its indexes are rebuilt with it. The service never does this: CLUSTER holds
+# the table's exclusive lock while it rewrites.
+DUE_ORDER_REWRITE = (
+    "create index bench_due_order on due_queue (tenant, priority, due_at, id)",
+    "cluster due_queue using bench_due_order",
+    "drop index bench_due_order")
+
+
+def _variants_cell(copies: dict[str, WarmScanner], queue: pgq.PgQueuer, batch: int,
+                   passes: int) -> dict[str, float]:
+    """One cell of :func:`bench_lease_variants`: the median seconds of each contender."""
     params = {"now": NOW, "batch": batch, "share": batch, "lease_seconds": 300}
     sketch_sql = pass_lease_sketch()
 
@@ -415,12 +424,13 @@ def _sketch_cell(lease: WarmScanner, sketch: WarmScanner, queue: pgq.PgQueuer, b
         leased = sum(len(warm.conn.execute(sql, params).fetchall()) for _ in range(passes))
         return leased, time.perf_counter() - start
 
-    def the_lease() -> tuple[int, float]:
-        leased, took = statements(lease, query("lease_due"))
-        lease.refill(leased)
+    def the_lease(warm: WarmScanner) -> tuple[int, float]:
+        leased, took = statements(warm, query("lease_due"))
+        warm.refill(leased)
         return leased, took
 
     def the_sketch() -> tuple[int, float]:
+        sketch = copies["sketch"]
         leased, took = statements(sketch, sketch_sql)
         with untimed(sketch.conn):  # what consumers would do: every pass's leases end sent
             sketch.conn.execute("update deliveries set state = 'sent', reason = 'bench'"
@@ -435,11 +445,13 @@ def _sketch_cell(lease: WarmScanner, sketch: WarmScanner, queue: pgq.PgQueuer, b
         return taken, time.perf_counter() - start
 
     work: dict[str, Callable[[], tuple[int, float]]] = {
-        "lease_due": the_lease, "sketch": the_sketch, "pgqueuer": pgqueuer}
+        "lease_due": partial(the_lease, copies["lease_due"]),
+        "due_order": partial(the_lease, copies["due_order"]),
+        "sketch": the_sketch, "pgqueuer": pgqueuer}
     spent: dict[str, list[float]] = {name: [] for name in work}
     names = list(work)
     for i in range(8):
-        for name in names[i % 3:] + names[:i % 3]:
+        for name in names[i % len(names):] + names[:i % len(names)]:
             done, took = work[name]()
             assert done == batch * passes, (name, done)
             if i:  # round 0 warms up
@@ -447,34 +459,43 @@ def _sketch_cell(lease: WarmScanner, sketch: WarmScanner, queue: pgq.PgQueuer, b
     return {name: statistics.median(times) for name, times in spent.items()}
 
 
-def bench_pass_lease_sketch(server: Cluster) -> Figures:
-    """The lease statements of a tick (20 of 100, and 10 of 1,000) on the random backlog of
-    ``lease_vs_pgqueuer``: ``lease_due`` on one copy, the pass-lease sketch on another, and as
-    many PgQueuer dequeues, in an order that turns each round, eight rounds, the first a
-    warm-up. Between rounds (untimed) each copy's leases end ``sent`` and its backlog is topped
-    up. Ratios of medians, and the milliseconds."""
+def bench_lease_variants(server: Cluster) -> Figures:
+    """What the random cells of :func:`bench_lease_vs_pgqueuer` pay for. The lease statements
+    of a tick (20 of 100, and 10 of 1,000) on that random backlog: ``lease_due`` on one copy as
+    the service keeps it (``lease_due``), ``lease_due`` on a copy whose due set was rewritten in
+    due order once before the rounds (``due_order``; the top-ups land where they land), the
+    pass-lease sketch on a third (``sketch``), and as many PgQueuer dequeues, in an order that
+    turns each round, eight rounds, the first a warm-up. Between rounds (untimed) each copy's
+    leases end ``sent`` and its backlog is topped up. Ratios of medians, and the
+    milliseconds."""
     reason = pgq.missing()
     if reason is not None:
         return {"skipped": reason}
-    name = "bench_sketch_pgq"
+    name = "bench_variants_pgq"
     db.create_database(server.direct, name)
     queue = pgq.PgQueuer(server.url(name))
     queue.fill(200_000, spread=RANDOM_SPREAD)
-    lease = WarmScanner(server, "bench_sketch_lease", 100_000, 2000, spread=RANDOM_SPREAD)
-    sketch = WarmScanner(server, "bench_sketch_pass", 100_000, 2000, spread=RANDOM_SPREAD)
+    copies = {variant: WarmScanner(server, f"bench_variants_{variant}", 100_000, 2000,
+                                   spread=RANDOM_SPREAD)
+              for variant in ("lease_due", "due_order", "sketch")}
     figures: Figures = {"shape": "random", "due_backlog": 100_000, "jobs_queued": 200_000}
     try:
-        db.execute_script(sketch.conn, PASS_LEASES)
+        with untimed(copies["due_order"].conn) as conn:
+            for statement in DUE_ORDER_REWRITE:
+                conn.execute(statement)
+        copies["due_order"].conn.execute("vacuum analyze due_queue")
+        db.execute_script(copies["sketch"].conn, PASS_LEASES)
         for batch, passes in ((100, 20), (1000, 10)):
-            median = _sketch_cell(lease, sketch, queue, batch, passes)
+            median = _variants_cell(copies, queue, batch, passes)
             cell = f"batch_{batch}"
-            figures[f"{cell}_lease_due_over_pgqueuer"] = median["pgqueuer"] / median["lease_due"]
-            figures[f"{cell}_sketch_over_pgqueuer"] = median["pgqueuer"] / median["sketch"]
-            for name, seconds in median.items():
-                figures[f"{cell}_{name}_ms"] = 1000 * seconds
+            for variant in ("lease_due", "due_order", "sketch"):
+                figures[f"{cell}_{variant}_over_pgqueuer"] = median["pgqueuer"] / median[variant]
+            figures[f"{cell}_due_order_over_lease_due"] = median["lease_due"] / median["due_order"]
+            for variant, seconds in median.items():
+                figures[f"{cell}_{variant}_ms"] = 1000 * seconds
     finally:
-        lease.close()
-        sketch.close()
+        for warm in copies.values():
+            warm.close()
         queue.close()
     return figures
 
@@ -1028,7 +1049,7 @@ def main() -> int:
             if pgqueuer is not None:
                 pgqueuer.close()
             figure("lease_vs_pgqueuer", lambda: bench_lease_vs_pgqueuer(server))
-            figure("pass_lease_sketch", lambda: bench_pass_lease_sketch(server))
+            figure("lease_variants", lambda: bench_lease_variants(server))
             figure("index_reads", lambda: bench_index_reads(server))
             figure("consumer", lambda: bench_consumer(server))
             figure("consumer_webhooks", lambda: bench_consumer_webhooks(server))
