@@ -220,11 +220,13 @@ class WarmScanner:
         self.refill(leased)
         return leased, took
 
-    def lease_statements(self, batch: int, passes: int) -> tuple[int, float]:
-        """Only the tick's lease statements: ``passes`` of ``lease_due`` of ``batch``, one
-        after the other as a tick sends them, and nothing else of a tick (no reclaim, counts,
-        publish or closing steps). What the tick would take if every other step were free."""
-        sql = query("lease_due")
+    def lease_statements(self, batch: int, passes: int,
+                         sql: str | None = None) -> tuple[int, float]:
+        """Only the tick's lease statements: ``passes`` of ``lease_due`` (or ``sql``, with its
+        parameters) of ``batch``, one after the other as a tick sends them, and nothing else of
+        a tick (no reclaim, counts, publish or closing steps). What the tick would take if
+        every other step were free."""
+        sql = sql or query("lease_due")
         params = {"now": NOW, "batch": batch, "share": batch,
                   "lease_seconds": self.rt.settings.limits.lease_seconds}
         start = time.perf_counter()
@@ -316,21 +318,30 @@ def against_pgqueuer(warm: WarmScanner, queue: pgq.PgQueuer, batch: int, passes:
     per_tick = passes * batch
     warm.rt.settings = replace(warm.rt.settings, limits=replace(
         warm.rt.settings.limits, scan_batch=batch, inflight_budget=per_tick))
-    spent: dict[str, list[float]] = {"tick": [], "leases": [], "pgqueuer": []}
+    return alternate({"tick": warm.tick,
+                      "leases": partial(warm.lease_statements, batch, passes),
+                      "pgqueuer": partial(pgqueuer_dequeues, queue, batch, passes)},
+                     per_tick, rounds)
 
-    def pgqueuer() -> tuple[int, float]:
-        start = time.perf_counter()
-        taken = sum(queue.dequeue(batch) for _ in range(passes))
-        return taken, time.perf_counter() - start
 
-    work: dict[str, Callable[[], tuple[int, float]]] = {
-        "tick": warm.tick, "leases": partial(warm.lease_statements, batch, passes),
-        "pgqueuer": pgqueuer}
+def pgqueuer_dequeues(queue: pgq.PgQueuer, batch: int, passes: int) -> tuple[int, float]:
+    """``passes`` PgQueuer dequeues of ``batch``: the jobs taken and the seconds."""
+    start = time.perf_counter()
+    taken = sum(queue.dequeue(batch) for _ in range(passes))
+    return taken, time.perf_counter() - start
+
+
+def alternate(work: dict[str, Callable[[], tuple[int, float]]], each: int,
+              rounds: int = 7) -> dict[str, float]:
+    """Each contender of ``work`` (returning what it took and the seconds) once a round, in an
+    order that turns each round, after one warm-up round; each must take ``each``. The median
+    seconds of each."""
+    spent: dict[str, list[float]] = {name: [] for name in work}
     names = list(work)
     for i in range(rounds + 1):
-        for name in names[i % 3:] + names[:i % 3]:
+        for name in names[i % len(names):] + names[:i % len(names)]:
             done, took = work[name]()
-            assert done == per_tick, (name, done)
+            assert done == each, (name, done)
             if i:  # round 0 warms up
                 spent[name].append(took)
     return {name: statistics.median(times) for name, times in spent.items()}
@@ -416,47 +427,22 @@ DUE_ORDER_REWRITE = (
 def _variants_cell(copies: dict[str, WarmScanner], queue: pgq.PgQueuer, batch: int,
                    passes: int) -> dict[str, float]:
     """One cell of :func:`bench_lease_variants`: the median seconds of each contender."""
-    params = {"now": NOW, "batch": batch, "share": batch, "lease_seconds": 300}
+    sketch = copies["sketch"]
     sketch_sql = pass_lease_sketch()
 
-    def statements(warm: WarmScanner, sql: str) -> tuple[int, float]:
-        start = time.perf_counter()
-        leased = sum(len(warm.conn.execute(sql, params).fetchall()) for _ in range(passes))
-        return leased, time.perf_counter() - start
-
-    def the_lease(warm: WarmScanner) -> tuple[int, float]:
-        leased, took = statements(warm, query("lease_due"))
-        warm.refill(leased)
-        return leased, took
-
     def the_sketch() -> tuple[int, float]:
-        sketch = copies["sketch"]
-        leased, took = statements(sketch, sketch_sql)
+        leased, took = sketch.lease_statements(batch, passes, sketch_sql)
         with untimed(sketch.conn):  # what consumers would do: every pass's leases end sent
             sketch.conn.execute("update deliveries set state = 'sent', reason = 'bench'"
                                 " where id = any(array(select unnest(ids) from pass_leases))")
             sketch.conn.execute("delete from pass_leases")
-        sketch.refill(leased)
         return leased, took
 
-    def pgqueuer() -> tuple[int, float]:
-        start = time.perf_counter()
-        taken = sum(queue.dequeue(batch) for _ in range(passes))
-        return taken, time.perf_counter() - start
-
-    work: dict[str, Callable[[], tuple[int, float]]] = {
-        "lease_due": partial(the_lease, copies["lease_due"]),
-        "due_order": partial(the_lease, copies["due_order"]),
-        "sketch": the_sketch, "pgqueuer": pgqueuer}
-    spent: dict[str, list[float]] = {name: [] for name in work}
-    names = list(work)
-    for i in range(8):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            done, took = work[name]()
-            assert done == batch * passes, (name, done)
-            if i:  # round 0 warms up
-                spent[name].append(took)
-    return {name: statistics.median(times) for name, times in spent.items()}
+    return alternate({
+        "lease_due": partial(copies["lease_due"].lease_statements, batch, passes),
+        "due_order": partial(copies["due_order"].lease_statements, batch, passes),
+        "sketch": the_sketch,
+        "pgqueuer": partial(pgqueuer_dequeues, queue, batch, passes)}, batch * passes)
 
 
 def bench_lease_variants(server: Cluster) -> Figures:
